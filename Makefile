@@ -1,0 +1,41 @@
+# The book's two commands: `make book` and `make test` (both install what they need).
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: book execute html test bench clean install browser
+
+install: $(STAMP) node_modules/.package-lock.json
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[book,test,crosscheck]"
+	touch $(STAMP)
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+
+# Debian's chromium for the offline browser test (root on CI and dev machines).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+execute: install
+	$(PY) book/pipeline.py
+
+html: install
+	$(VENV)/bin/jupyter-book build -W -n --keep-going book
+
+book: execute html
+
+test: install browser
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m kvlib.bench
+
+clean:
+	rm -rf book/_build book/chapters

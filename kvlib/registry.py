@@ -1,0 +1,71 @@
+"""The model registry: real ``config.json`` files in ``data/models``, each with its source."""
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .model import Model
+from .units import KIB
+
+
+def data_dir() -> Path:
+    """The ``data/`` folder: ``$KVLIB_DATA`` if set, else the one beside the package."""
+    return Path(os.environ.get("KVLIB_DATA", Path(__file__).resolve().parent.parent / "data"))
+
+
+def model_slugs() -> list[str]:
+    """Every slug in the registry, sorted."""
+    return sorted(p.stem for p in (data_dir() / "models").glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def _record(path: Path, mtime: float) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def model_record(slug: str) -> dict[str, Any]:
+    """The registry entry for ``slug``: ``{"slug", "name", "source", "config", ...}``.
+
+    Raises KeyError naming close matches for an unknown slug.
+    """
+    path = data_dir() / "models" / f"{slug}.json"
+    if not path.is_file():
+        close = difflib.get_close_matches(str(slug), model_slugs(), n=5, cutoff=0.5)
+        hint = f"; close matches: {', '.join(close)}" if close else ""
+        raise KeyError(f"unknown model {slug!r}{hint} (see data/models/)")
+    return _record(path, path.stat().st_mtime)
+
+
+def load_model(slug: str) -> Model:
+    """The Model for a registry slug, e.g. ``load_model("llama-3.1-8b")``."""
+    record = model_record(slug)
+    return Model.from_hf_config(record["config"], name=record.get("name", slug))
+
+
+def registry_table(dtype: str = "bf16") -> pd.DataFrame:
+    """One row per registry model: geometry, per-token KV bytes in ``dtype``, and source."""
+    rows = []
+    for slug in model_slugs():
+        record = model_record(slug)
+        model = load_model(slug)
+        per_token = model.kv_bytes_per_token(dtype)
+        rows.append({
+            "slug": slug,
+            "model": model.name,
+            "attention": model.attention,
+            "layers": model.n_layers,
+            "layer_kinds": ", ".join(f"{n} {k}" for k, n in sorted(model.layer_counts().items())),
+            "max_window": model.max_window,
+            "kv_bytes_per_token": per_token,
+            "kv_kib_per_token": per_token / KIB,
+            "state_bytes": model.state_bytes() if model.dtype else None,
+            "source": record["source"]["url"],
+        })
+    return pd.DataFrame(rows)

@@ -1,0 +1,27 @@
+"""Shared fixtures: the whole book executed and built once per test session."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book"))
+
+
+@pytest.fixture(scope="session")
+def built_book() -> Path:
+    """Execute every chapter with papermill and build the HTML (``make book``'s two steps).
+
+    Fails with the chapter's own error if any cell or assertion fails.
+    """
+    import pipeline
+
+    pipeline.execute_all(jobs=2)
+    jb = Path(sys.executable).parent / "jupyter-book"
+    result = subprocess.run([str(jb), "build", "-W", "-n", "--keep-going", str(ROOT / "book")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return ROOT / "book" / "_build" / "html"

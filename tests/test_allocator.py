@@ -1,0 +1,512 @@
+"""Tests for kvlib.allocator and kvlib.workloads: known answers, a block-level reference, properties."""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvlib.allocator import (
+    BlockAllocator,
+    ContiguousAllocator,
+    OutOfBlocksError,
+    SimResult,
+    prefix_reuse_lost,
+    reserved_tokens,
+    simulate,
+)
+from kvlib.workloads import (
+    alpaca,
+    alpaca_dists,
+    fixed,
+    from_arrays,
+    poisson_arrivals,
+    published_stats,
+    sharegpt,
+    sharegpt_dists,
+)
+
+POLICIES = ("paged", "reserve_oracle", "reserve_pow2", "reserve_max")
+
+
+# --- the block-level reference: one step at a time, real block tables -------------------------
+
+def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arrival=None,
+              max_batch=None) -> SimResult:
+    """Step-by-step simulation with BlockAllocator / ContiguousAllocator, per-step sums.
+
+    Independent of simulate()'s event jumps and closed-form integrals; same scheduling rules
+    (grow → preempt latest-admitted or admit FCFS → measure → finish).
+    """
+    reqs = np.asarray(requests, dtype=np.int64)
+    n = len(reqs)
+    arrival = np.zeros(n, dtype=np.int64) if arrival is None else np.asarray(arrival)
+    order = np.argsort(arrival, kind="stable")
+    prompt, final = reqs[order, 0].tolist(), reqs[order].sum(axis=1).tolist()
+    arrival = arrival[order].tolist()
+    paged = policy == "paged"
+    if paged:
+        alloc = BlockAllocator(pool_tokens // block_size, block_size)
+        fits = [alloc.blocks_for(f) <= alloc.num_blocks for f in final]
+    else:
+        pool = ContiguousAllocator(pool_tokens)
+        foot = [reserved_tokens(p, f - p, policy, max_model_len) for p, f in zip(prompt, final)]
+        fits = [x <= pool_tokens for x in foot]
+        tokens: dict[int, int] = {}
+        where: dict[int, int] = {}
+        block_size = 1
+    pending = deque(r for r in range(n) if fits[r])
+    to_finish = len(pending)
+    waiting: deque[int] = deque()
+    running: list[int] = []
+    s0 = list(prompt)
+    cap = max_batch or n
+    t = completed = preemptions = recomputed = 0
+    last = -1
+    sum_s = sum_r = sum_int = token_steps = 0
+    peak_s = peak_r = max_n = max_slack = 0
+    while completed < to_finish:
+        assert t < 100_000, "reference did not terminate"
+        while pending and arrival[pending[0]] <= t:
+            waiting.append(pending.popleft())
+        preempted = False
+        i = 0
+        while i < len(running):
+            r = running[i]
+            if paged:
+                if alloc.needs_block(r) and alloc.num_free == 0:
+                    victim = running.pop()
+                    s0[victim] = alloc.n_tokens[victim]
+                    recomputed += s0[victim]
+                    alloc.free(victim)
+                    waiting.appendleft(victim)
+                    preemptions += 1
+                    preempted = True
+                    continue
+                alloc.append_token(r)
+            else:
+                tokens[r] += 1
+            i += 1
+        while not preempted and waiting and len(running) < cap:
+            r = waiting[0]
+            if paged:
+                if not alloc.can_allocate(s0[r]):
+                    break
+                alloc.allocate(r, s0[r])
+            else:
+                at = pool.allocate(foot[r])
+                if at is None:
+                    break
+                where[r], tokens[r] = at, prompt[r]
+            running.append(waiting.popleft())
+        held = {r: alloc.n_tokens[r] if paged else tokens[r] for r in running}
+        reserved = {r: len(alloc.block_tables[r]) * block_size if paged else foot[r] for r in running}
+        s_now, r_now = sum(held.values()), sum(reserved.values())
+        sum_s += s_now
+        sum_r += r_now
+        sum_int += sum(max(0, reserved[r] - final[r]) for r in running)
+        token_steps += len(running)
+        peak_s, peak_r, max_n = max(peak_s, s_now), max(peak_r, r_now), max(max_n, len(running))
+        max_slack = max([max_slack] + [reserved[r] - held[r] for r in running])
+        for r in [r for r in running if held[r] == final[r]]:
+            running.remove(r)
+            if paged:
+                alloc.free(r)
+            else:
+                pool.free(where[r], foot[r])
+            completed += 1
+            last = t
+        t += 1
+    steps = last + 1
+    return SimResult(
+        policy=policy, block_size=block_size, pool_tokens=pool_tokens, requests=n,
+        completed=completed, rejected=n - to_finish, steps=steps, preemptions=preemptions,
+        recomputed_tokens=recomputed, token_steps=token_steps,
+        token_utilization=sum_s / sum_r if sum_r else 0.0,
+        reservation_waste=(sum_r - sum_s - sum_int) / sum_r if sum_r else 0.0,
+        internal_waste=sum_int / sum_r if sum_r else 0.0,
+        pool_token_share=sum_s / (steps * pool_tokens) if steps else 0.0,
+        pool_reserved_share=sum_r / (steps * pool_tokens) if steps else 0.0,
+        peak_pool_token_share=peak_s / pool_tokens, peak_pool_reserved_share=peak_r / pool_tokens,
+        max_slack_tokens=max_slack, mean_batch=token_steps / steps if steps else 0.0,
+        max_batch=max_n, completed_per_step=completed / steps if steps else 0.0)
+
+
+# --- known answers on hand-worked traces -----------------------------------------------------
+
+def test_single_request_paged_known_answer():
+    # prompt 3 + output 2, blocks of 4, pool 8 tokens (2 blocks).
+    # step 0: prefill, 3 tokens in 1 block (4 slots); step 1: 4 tokens, 1 block;
+    # step 2: 5 tokens, 2 blocks (8 slots), finishes.  ΣS = 3+4+5 = 12, ΣR = 4+4+8 = 16.
+    # Internal waste: F = 5, last block ends at 8, so 3 never-written slots in step 2 only.
+    # Reservation waste: 16 − 12 − 3 = 1 (slot 4, reserved at step 0, written at step 1).
+    res = simulate([[3, 2]], pool_tokens=8, policy="paged", block_size=4)
+    assert (res.steps, res.completed, res.token_steps, res.max_slack_tokens) == (3, 1, 3, 3)
+    assert res.token_utilization == 12 / 16
+    assert res.internal_waste == 3 / 16
+    assert res.reservation_waste == 1 / 16
+    assert res.pool_token_share == 12 / (3 * 8)
+    assert res.peak_pool_reserved_share == 1.0 and res.peak_pool_token_share == 5 / 8
+    assert res.mean_batch == 1.0 and res.completed_per_step == 1 / 3
+    # Pool token-steps: 3 steps × 8 = 24; reserved 16 → free 8/24.
+    assert res.pool_breakdown() == pytest.approx({"token_states": 12 / 24, "reservation": 1 / 24,
+                                                  "internal": 3 / 24, "free": 8 / 24})
+
+
+@pytest.mark.parametrize("policy, reserved_per_step, util", [
+    # prompt 3 + output 3: states 3, 4, 5, 6 over 4 steps, ΣS = 18.
+    ("reserve_oracle", 6, 18 / 24),   # reserves exactly 6
+    ("reserve_pow2", 7, 18 / 28),     # 3 + next_pow2(3) = 3 + 4 = 7 (Orca (Pow2) rounds the output)
+    ("reserve_max", 8, 18 / 32),      # max_model_len = 8
+])
+def test_reservation_known_answers(policy, reserved_per_step, util):
+    res = simulate([[3, 3]], pool_tokens=8, policy=policy, max_model_len=8)
+    assert res.steps == 4
+    assert res.pool_reserved_share == 4 * reserved_per_step / (4 * 8)
+    assert res.token_utilization == util
+    assert res.internal_waste == (reserved_per_step - 6) / reserved_per_step
+
+
+def test_reserved_tokens_follow_the_paper():
+    # §6.1: Orca (Pow2) "if the true output length is 25, it reserves 32 positions for outputs".
+    assert reserved_tokens(100, 25, "reserve_pow2") == 132
+    assert reserved_tokens(100, 32, "reserve_pow2") == 132
+    assert reserved_tokens(100, 33, "reserve_pow2", max_model_len=150) == 150  # capped
+    assert reserved_tokens(100, 25, "reserve_oracle") == 125
+    assert reserved_tokens(100, 25, "reserve_max", max_model_len=2048) == 2048
+    with pytest.raises(ValueError, match="not a reservation policy"):
+        reserved_tokens(100, 25, "paged")
+
+
+def test_paged_same_request_block_4():
+    # Same 3 + 3 request paged with blocks of 4: blocks 1, 1, 2, 2 → slots 4+4+8+8 = 24.
+    res = simulate([[3, 3]], pool_tokens=8, policy="paged", block_size=4)
+    assert res.token_utilization == 18 / 24
+
+
+def test_preemption_known_answer():
+    # Pool of 2 blocks × 2 tokens; two requests of 2 + 2.
+    # step 0: both admitted (1 block each, pool full).
+    # step 1: both need a 2nd block, none free → preempt r1 (latest admitted), r0 grows to 3.
+    # step 2: r0 holds 4 tokens in 2 blocks and finishes.
+    # step 3: r1 re-admitted, prefill of its 2 tokens again; step 4: 3; step 5: 4, finishes.
+    # ΣS = 4 + 3 + 4 + 2 + 3 + 4 = 20; ΣR (slots) = 4 + 4 + 4 + 2 + 4 + 4 = 22.
+    res = simulate([[2, 2], [2, 2]], pool_tokens=4, policy="paged", block_size=2)
+    assert (res.steps, res.preemptions, res.recomputed_tokens, res.completed) == (6, 1, 2, 2)
+    assert res.token_utilization == 20 / 22
+    assert res.token_steps == 7 and res.max_batch == 2
+
+
+def test_external_fragmentation_known_answer():
+    # Pool of 10 slots, Orca (Oracle). A = 3+1 at [0, 4), B = 2+2 at [4, 8); C = 4+1 needs 5.
+    # step 0: hole [8, 10) of 2 → C waits.  A finishes at step 1 → holes [0, 4) and [8, 10):
+    # 6 slots free but no 5 contiguous → C still waits at step 2 (external fragmentation).
+    # B finishes at step 2 → C admitted at step 3, finishes at step 4: 5 steps in all.
+    res = simulate([[3, 1], [2, 2], [4, 1]], pool_tokens=10, policy="reserve_oracle")
+    assert res.steps == 5 and res.max_batch == 2
+    # ΣS = (3+2) + (4+3) + 4 + 4 + 5 = 25 and ΣR = 8 + 8 + 4 + 5 + 5 = 30.
+    assert res.token_utilization == 25 / 30
+
+
+def test_arrival_steps_and_idle_steps():
+    # One request 1 + 1 arriving at step 5: steps 0-4 idle, admitted at 5, finishes at 6.
+    res = simulate([[1, 1]], pool_tokens=4, policy="paged", block_size=2, arrival_steps=[5])
+    assert res.steps == 7 and res.mean_batch == 2 / 7
+    assert res.pool_token_share == (1 + 2) / (7 * 4)
+
+
+def test_max_batch_caps_running():
+    res = simulate(fixed(5, 1, 1), pool_tokens=100, block_size=1, max_batch=2)
+    # batches of 2, 2, 1, each alive 2 steps (1 prefill + 1 decode), next batch admitted after.
+    assert res.max_batch == 2 and res.steps == 6
+
+
+def test_rejected_requests_are_reported_not_looped():
+    # 3 + 2 = 5 tokens fit 6 slots, but with blocks of 4 the pool has 1 block (4 tokens).
+    res = simulate([[3, 2], [1, 1]], pool_tokens=6, policy="paged", block_size=4)
+    assert (res.rejected, res.completed) == (1, 1)
+    # max_model_len 16 > pool 10: reserve_max can never admit anything.
+    res = simulate([[3, 2]], pool_tokens=10, policy="reserve_max", max_model_len=16)
+    assert (res.rejected, res.completed, res.steps, res.token_utilization) == (1, 0, 0, 0.0)
+
+
+def test_prefix_reuse_lost():
+    # A 1,000-token system prompt: 1000 mod 16 = 8 tokens recomputed; 1000 mod 256 = 232.
+    assert [prefix_reuse_lost(1000, b) for b in (1, 16, 128, 256)] == [0, 8, 1000 - 896, 232]
+    with pytest.raises(ValueError, match="block_size"):
+        prefix_reuse_lost(10, 0)
+    with pytest.raises(ValueError, match="prefix_tokens"):
+        prefix_reuse_lost(-1, 16)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"requests": [[-1, 5]]}, "prompt_tokens must be >= 1"),
+    ({"requests": [[4, 0]]}, "output_tokens must be >= 1"),
+    ({"requests": [[4, 1.5]]}, "whole token counts"),
+    ({"requests": [4, 5]}, r"\(n, 2\)"),
+    ({"requests": np.zeros((0, 2))}, r"\(n, 2\)"),
+    ({"pool_tokens": 8}, "smaller than one block"),
+    ({"pool_tokens": 0, "policy": "reserve_oracle"}, "smaller than one block"),
+    ({"policy": "lru"}, "unknown policy"),
+    ({"block_size": 0}, "block_size"),
+    ({"block_size": -16}, "block_size"),
+    ({"requests": [[600, 600]]}, "more than pool_tokens"),
+    ({"max_model_len": 10}, "more than max_model_len"),
+    ({"policy": "reserve_max"}, "needs max_model_len"),
+    ({"arrival_rate": 0.0}, "arrival rate"),
+    ({"arrival_rate": float("nan")}, "arrival rate"),
+    ({"arrival_steps": [-1]}, "arrival_steps"),
+    ({"max_batch": 0}, "max_batch"),
+    ({"pool_tokens": 1024.0}, "pool_tokens must be an integer"),
+    ({"arrival_rate": "fast"}, "arrival rate"),
+])
+def test_bad_input_raises_value_error(kwargs, match):
+    args = {"requests": [[10, 10]], "pool_tokens": 1024} | kwargs
+    with pytest.raises(ValueError, match=match):
+        simulate(**args)
+
+
+# --- fast simulator == block-level reference ---------------------------------------------------
+
+@st.composite
+def traces(draw):
+    n = draw(st.integers(1, 10))
+    reqs = [[draw(st.integers(1, 20)), draw(st.integers(1, 20))] for _ in range(n)]
+    policy = draw(st.sampled_from(POLICIES))
+    block_size = draw(st.sampled_from([1, 2, 3, 4, 8])) if policy == "paged" else 16
+    longest = max(p + o for p, o in reqs)
+    max_model_len = longest + draw(st.integers(0, 8)) if policy == "reserve_max" or draw(
+        st.booleans()) else None
+    smallest = max(longest, block_size if policy == "paged" else 1)
+    pool = draw(st.integers(smallest, max(smallest, 3 * longest)))
+    arrival = [draw(st.integers(0, 12)) for _ in range(n)]
+    max_batch = draw(st.none() | st.integers(1, 4))
+    return {"requests": reqs, "pool_tokens": pool, "policy": policy, "block_size": block_size,
+                "max_model_len": max_model_len, "arrival": arrival, "max_batch": max_batch}
+
+
+@settings(max_examples=300, deadline=None)
+@given(traces())
+def test_fast_simulator_matches_block_reference(trace):
+    expected = reference(**trace)
+    arrival = trace.pop("arrival")
+    got = simulate(**trace, arrival_steps=arrival)
+    assert got == expected
+
+
+@pytest.mark.parametrize("policy, block_size", [("paged", 16), ("paged", 1), ("paged", 7),
+                                                ("reserve_oracle", 16), ("reserve_pow2", 16),
+                                                ("reserve_max", 16)])
+def test_fast_matches_reference_on_sharegpt_with_poisson(policy, block_size):
+    # 150 ShareGPT-like requests at 0.5 requests/step into a 6,144-token pool: queueing,
+    # first-fit holes and (paged) preemptions all happen.
+    reqs = sharegpt(150, seed=3)
+    got = simulate(reqs, 6144, policy, block_size, max_model_len=2048, seed=5, arrival_rate=0.5)
+    expected = reference(reqs, 6144, policy, block_size, max_model_len=2048,
+                         arrival=poisson_arrivals(150, 0.5, seed=5))
+    assert got == expected
+    if policy == "paged" and block_size == 16:
+        assert got.preemptions > 0  # the trace exercises preemption
+
+
+# --- properties of simulate ------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(traces())
+def test_simulate_properties(trace):
+    arrival = trace.pop("arrival")
+    res = simulate(**trace, arrival_steps=arrival)
+    assert res.completed + res.rejected == res.requests
+    for share in (res.token_utilization, res.pool_token_share, res.pool_reserved_share,
+                  res.peak_pool_token_share, res.peak_pool_reserved_share):
+        assert 0.0 <= share <= 1.0
+    if res.completed:
+        assert math.isclose(res.token_utilization + res.reservation_waste + res.internal_waste, 1.0)
+        assert res.pool_token_share <= res.pool_reserved_share
+        assert math.isclose(sum(res.pool_breakdown().values()), 1.0)
+    if trace["policy"] == "paged":
+        assert res.max_slack_tokens <= trace["block_size"] - 1
+    else:
+        assert res.preemptions == 0
+
+
+# --- stateful: the block allocator and the first-fit allocator -------------------------------
+
+class BlockAllocatorMachine(RuleBasedStateMachine):
+    """Random prefills, token appends and frees against a model of token counts."""
+
+    @initialize(num_blocks=st.integers(1, 12), block_size=st.integers(1, 5))
+    def setup(self, num_blocks, block_size):
+        self.alloc = BlockAllocator(num_blocks, block_size)
+        self.tokens: dict[int, int] = {}
+        self.next_id = 0
+
+    @rule(n_tokens=st.integers(1, 30))
+    def prefill(self, n_tokens):
+        req, self.next_id = self.next_id, self.next_id + 1
+        if self.alloc.can_allocate(n_tokens):
+            self.alloc.allocate(req, n_tokens)
+            self.tokens[req] = n_tokens
+        else:
+            with pytest.raises(OutOfBlocksError):
+                self.alloc.allocate(req, n_tokens)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def append(self, data):
+        req = data.draw(st.sampled_from(sorted(self.tokens)))
+        if self.alloc.needs_block(req) and self.alloc.num_free == 0:
+            with pytest.raises(OutOfBlocksError):
+                self.alloc.append_token(req)
+        else:
+            self.alloc.append_token(req)
+            self.tokens[req] += 1
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free(self, data):  # a finished or preempted request returns every block it held
+        req = data.draw(st.sampled_from(sorted(self.tokens)))
+        expected = self.alloc.blocks_for(self.tokens.pop(req))
+        free_before = self.alloc.num_free
+        assert self.alloc.free(req) == expected
+        assert self.alloc.num_free == free_before + expected
+        assert req not in self.alloc.block_tables
+
+    @invariant()
+    def blocks_are_conserved(self):
+        if not hasattr(self, "alloc"):
+            return
+        held = [b for table in self.alloc.block_tables.values() for b in table]
+        everything = held + self.alloc.free_list
+        assert len(everything) == len(set(everything)) == self.alloc.num_blocks  # no double use, none lost
+        assert self.alloc.num_free + self.alloc.num_used == self.alloc.num_blocks
+        for req, n in self.tokens.items():
+            assert len(self.alloc.block_tables[req]) == self.alloc.blocks_for(n)
+            assert 0 <= self.alloc.slack(req) <= self.alloc.block_size - 1
+
+
+class ContiguousAllocatorMachine(RuleBasedStateMachine):
+    """Random first-fit allocations and frees: regions and holes tile the pool."""
+
+    @initialize(pool=st.integers(1, 64))
+    def setup(self, pool):
+        self.alloc = ContiguousAllocator(pool)
+        self.regions: dict[int, int] = {}
+
+    @rule(size=st.integers(1, 20))
+    def allocate(self, size):
+        fits = any(s >= size for s in self.alloc.hole_sizes)
+        start = self.alloc.allocate(size)
+        assert (start is not None) == fits
+        if start is not None:
+            self.regions[start] = size
+
+    @precondition(lambda self: self.regions)
+    @rule(data=st.data())
+    def free(self, data):
+        start = data.draw(st.sampled_from(sorted(self.regions)))
+        self.alloc.free(start, self.regions.pop(start))
+
+    @precondition(lambda self: self.regions)
+    @rule(data=st.data())
+    def double_free_is_refused(self, data):
+        start = data.draw(st.sampled_from(sorted(self.regions)))
+        self.alloc.free(start, self.regions[start])
+        with pytest.raises(ValueError, match="not an allocated range"):
+            self.alloc.free(start, self.regions.pop(start))
+
+    @invariant()
+    def regions_and_holes_tile_the_pool(self):
+        if not hasattr(self, "alloc"):
+            return
+        pieces = sorted(list(self.regions.items()) + list(zip(self.alloc.hole_starts,
+                                                              self.alloc.hole_sizes)))
+        pos = 0
+        for start, size in pieces:
+            assert start == pos and size >= 1
+            pos += size
+        assert pos == self.alloc.pool_tokens
+        assert self.alloc.used_tokens == sum(self.regions.values())
+        starts, sizes = self.alloc.hole_starts, self.alloc.hole_sizes
+        assert all(a + s < b for a, s, b in zip(starts, sizes, starts[1:]))  # holes coalesced
+
+
+TestBlockAllocator = BlockAllocatorMachine.TestCase
+TestBlockAllocator.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestContiguousAllocator = ContiguousAllocatorMachine.TestCase
+TestContiguousAllocator.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+
+
+def test_block_allocator_tables_and_free_list():
+    # 4 blocks of 16 tokens: a 20-token prefill takes blocks 0 and 1 (12 slots of slack).
+    alloc = BlockAllocator(num_blocks=4, block_size=16)
+    assert alloc.allocate(7, 20) == [0, 1] and alloc.slack(7) == 12
+    for _ in range(12):
+        alloc.append_token(7)
+    assert alloc.block_tables[7] == [0, 1] and alloc.needs_block(7)
+    alloc.append_token(7)  # token 33 opens block 2
+    assert alloc.block_tables[7] == [0, 1, 2] and alloc.num_free == 1
+    assert alloc.free(7) == 3 and alloc.num_free == 4
+    with pytest.raises(ValueError):
+        BlockAllocator(0, 16)
+
+
+# --- workloads --------------------------------------------------------------------------------
+
+def test_published_workload_statistics():
+    stats = published_stats()
+    # vLLM paper Fig. 11 legends; §6.1 says ShareGPT is 8.4× longer in, 5.8× longer out.
+    assert stats[("sharegpt", "mean_prompt_tokens")] == 161.31
+    assert stats[("sharegpt", "mean_output_tokens")] == 337.99
+    assert stats[("alpaca", "mean_prompt_tokens")] == 19.31
+    assert stats[("alpaca", "mean_output_tokens")] == 58.45
+    assert round(161.31 / 19.31, 1) == stats[("sharegpt_vs_alpaca", "prompt_ratio")]
+    assert round(337.99 / 58.45, 1) == stats[("sharegpt_vs_alpaca", "output_ratio")]
+
+
+@pytest.mark.parametrize("dists, means", [(sharegpt_dists, (161.31, 337.99)),
+                                          (alpaca_dists, (19.31, 58.45))])
+def test_synthetic_lengths_match_published_means(dists, means):
+    for dist, mean in zip(dists(), means):
+        assert math.isclose(dist.mean(), mean, abs_tol=1e-6)  # exact by construction
+        values, probs = dist.pmf()
+        assert values[0] == 4 and values[-1] == 1024 and math.isclose(probs.sum(), 1.0)
+
+
+def test_sampled_workloads_are_seeded_and_close_to_the_means():
+    a = sharegpt(200_000, seed=1)
+    assert np.array_equal(a, sharegpt(200_000, seed=1))
+    assert not np.array_equal(a[:100], sharegpt(100, seed=2))
+    assert np.allclose(a.mean(axis=0), [161.31, 337.99], rtol=0.01)
+    assert np.allclose(alpaca(200_000, seed=1).mean(axis=0), [19.31, 58.45], rtol=0.01)
+    assert a.min() >= 4 and a.max() <= 1024 and (a.sum(axis=1) <= 2048).all()
+
+
+def test_fixed_and_user_arrays():
+    assert fixed(3, 10, 5).tolist() == [[10, 5]] * 3
+    assert from_arrays([1, 2], [3, 4]).tolist() == [[1, 3], [2, 4]]
+    with pytest.raises(ValueError, match="equal length"):
+        from_arrays([1, 2], [3])
+    with pytest.raises(ValueError, match="output_tokens"):
+        from_arrays([1, 2], [3, -4])
+
+
+def test_poisson_arrivals():
+    arr = poisson_arrivals(100_000, 2.0, seed=0)
+    assert np.array_equal(arr, poisson_arrivals(100_000, 2.0, seed=0))
+    assert (np.diff(arr) >= 0).all()
+    # 100,000 arrivals at 2 per step span ≈ 50,000 steps (±1 %).
+    assert math.isclose(arr[-1], 50_000, rel_tol=0.01)
+
+
+def test_paged_beats_reservation_on_sharegpt():
+    # The vLLM paper's Fig. 2 ordering: Max < Pow2 < Oracle < paged in token-state share.
+    reqs = sharegpt(3000, seed=0)
+    util = {p: simulate(reqs, 65_536, p, 16, max_model_len=2048).token_utilization
+            for p in POLICIES}
+    assert util["reserve_max"] < util["reserve_pow2"] < util["reserve_oracle"] < util["paged"]
+    assert util["paged"] > 0.95
