@@ -1,6 +1,6 @@
 """Claims → recomputed value → verdict.
 
-A claim is one row of ``data/claims.csv``: the figure as published, its unit, and which kvlib
+A claim is one row of a ``data/claims/*.csv`` file: the figure as published, its unit, and which kvlib
 computation rechecks it with which inputs (JSON). ``recheck(claim)`` recomputes it and gives a
 verdict from a fixed set with a one-line reason; tolerances follow the claim's own precision.
 """
@@ -93,13 +93,21 @@ def judge(claimed: str, recomputed_raw: float, unit: str) -> Verdict:
 
 
 def load_claims() -> pd.DataFrame:
-    """``data/claims.csv`` as a DataFrame (one claim per row, ``id`` as index)."""
-    return pd.read_csv(data_dir() / "claims.csv", dtype={"claimed": str}, keep_default_na=False
-                       ).set_index("id")
+    """Every ``data/claims/*.csv`` as one DataFrame (one claim per row, ``id`` as index).
+
+    Raises ValueError when two rows share an id.
+    """
+    frames = [pd.read_csv(path, dtype={"claimed": str}, keep_default_na=False).assign(file=path.name)
+              for path in sorted((data_dir() / "claims").glob("*.csv"))]
+    claims = pd.concat(frames, ignore_index=True)
+    dup = claims["id"][claims["id"].duplicated()].tolist()
+    if dup:
+        raise ValueError(f"duplicate claim ids in data/claims: {dup}")
+    return claims.set_index("id")
 
 
 def recheck(claim: str | Mapping[str, Any]) -> Verdict:
-    """Recheck one claim: an id from ``data/claims.csv`` or a row with the same fields."""
+    """Recheck one claim: an id from ``data/claims/`` or a row with the same fields."""
     row = load_claims().loc[claim] if isinstance(claim, str) else claim
     name = row["computation"]
     if name not in COMPUTATIONS:
