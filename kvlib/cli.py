@@ -1,0 +1,190 @@
+"""The ``kvlib`` command: KV bytes, what fits on a GPU, $/1M tokens, and claim rechecks.
+
+Readable tables by default, ``--json`` for scripts; bad input exits 2 with one line on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """examples:
+  kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8
+  kvlib kv ./config.json --tokens 8192
+  kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
+  kvlib fit llama-3.1-70b h100-sxm --tp 2 --context 8192 --json
+  kvlib cost --price 2.90 --tps 1000
+  kvlib recheck a07 a12
+  kvlib models
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _load(model: str):
+    """A registry slug, or a path to a config.json (plain, or a registry record)."""
+    from .model import Model
+    from .registry import load_model
+
+    path = Path(model)
+    if path.suffix == ".json" or path.is_file():
+        if not path.is_file():
+            raise ValueError(f"no such config file: {model}")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{model} is not valid JSON: {exc}") from None
+        config = data.get("config", data) if isinstance(data, dict) else data
+        return Model.from_hf_config(config, name=path.stem)
+    return load_model(model)
+
+
+def _table(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _kv(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from .units import GIB, KIB
+
+    m = _load(args.model)
+    per_token = m.kv_bytes_per_token(args.dtype, tp=args.tp)
+    total = m.kv_bytes(args.tokens, args.dtype, tp=args.tp)
+    data = {"model": m.name, "attention": m.attention, "layers": m.n_layers,
+            "layer_kinds": m.layer_counts(), "dtype": args.dtype, "tp": args.tp,
+            "kv_bytes_per_token": per_token, "tokens": args.tokens, "kv_bytes": total,
+            "state_bytes": m.state_bytes(tp=args.tp) if m.dtype else None}
+    text = _table([
+        ("model", f"{m.name} ({m.attention}, {m.n_layers} layers)"),
+        ("kv per token", f"{per_token:,} bytes = {per_token / KIB:,.2f} KiB ({args.dtype}, per GPU at tp={args.tp})"),
+        (f"kv for {args.tokens:,} tokens", f"{total:,} bytes = {total / GIB:,.3f} GiB"),
+    ])
+    return data, text
+
+
+def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from .capacity import kv_pool
+    from .hardware import load_gpu
+    from .units import GIB
+
+    m, gpu = _load(args.model), load_gpu(args.gpu)
+    pool = kv_pool(m, gpu, n_gpus=args.tp, gpu_memory_utilization=args.util,
+                   weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
+    conc = pool.max_concurrency(args.context)
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
+            "gpu_memory_utilization": args.util, "weight_dtype": args.weight_dtype,
+            "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
+            "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc}
+    text = _table([
+        ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} (utilization {args.util})"),
+        ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = {pool.kv_bytes_per_gpu / GIB:,.2f} GiB"),
+        ("kv tokens", f"{pool.tokens:,}"),
+        (f"requests of {args.context:,} tokens", f"{conc:,.2f}"),
+    ])
+    return data, text
+
+
+def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from .cost import cost_per_million_tokens
+
+    dollars = cost_per_million_tokens(args.price, args.tps)
+    data = {"dollars_per_hour": args.price, "tokens_per_second": args.tps,
+            "dollars_per_million_tokens": dollars}
+    text = _table([("price", f"${args.price:,.2f} per hour"), ("throughput", f"{args.tps:,g} tok/s"),
+                   ("cost", f"${dollars:,.2f} per 1M tokens")])
+    return data, text
+
+
+def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
+    from . import recheck
+
+    rows = []
+    ids = args.ids or list(recheck.load_claims().index)
+    for claim_id in ids:
+        if claim_id not in recheck.load_claims().index:
+            raise KeyError(f"unknown claim {claim_id!r} (see data/claims/)")
+        v = recheck.recheck(claim_id)
+        rows.append({"id": claim_id, "claimed": v.claimed, "recomputed": v.recomputed,
+                     "unit": v.unit, "verdict": v.verdict, "reason": v.reason})
+    text = "\n".join(f"{r['id']:<5} {r['verdict']:<10} claimed {r['claimed']:g} {r['unit']}, "
+                     f"recomputed {r['recomputed']:,.4g} — {r['reason']}" for r in rows)
+    return rows, text
+
+
+def _models(args: argparse.Namespace) -> tuple[Any, str]:
+    from .registry import registry_table
+
+    table = registry_table(args.dtype)[["slug", "attention", "layers", "kv_bytes_per_token"]]
+    rows = table.to_dict(orient="records")
+    text = "\n".join(f"{r['slug']:<28} {r['attention']:<14} {r['layers']:>4} layers  "
+                     f"{r['kv_bytes_per_token'] / 1024:>9,.2f} KiB/token" for r in rows)
+    return rows, text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvlib", description=__doc__.splitlines()[0], epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, fn: Callable, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("kv", _kv, "KV bytes per token and for one sequence")
+    p.add_argument("model", help="registry slug or path to a config.json")
+    p.add_argument("--tokens", type=int, default=8192, help="sequence length in tokens (default 8192)")
+    p.add_argument("--dtype", default="bf16", help="KV dtype: fp32, fp16, bf16, fp8, int8, int4, fp4")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (bytes are per GPU)")
+
+    p = command("fit", _fit, "the KV pool an engine leaves and how many requests fit")
+    p.add_argument("model", help="registry slug or path to a config.json")
+    p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--weight-dtype", default="bf16", help="weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
+
+    p = command("cost", _cost, "$ per 1M tokens from $/hour and tokens/s")
+    p.add_argument("--price", type=float, required=True, help="dollars per hour")
+    p.add_argument("--tps", type=float, required=True, help="tokens per second")
+
+    p = command("recheck", _recheck, "recheck published claims from data/claims/")
+    p.add_argument("ids", nargs="*", help="claim ids (default: all)")
+
+    p = command("models", _models, "list the model registry")
+    p.add_argument("--dtype", default="bf16", help="KV dtype for the per-token column")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        data, text = args.fn(args)
+    except _UsageError as exc:
+        print(f"kvlib: error: {exc} (see kvlib --help)", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"kvlib: error: {message}", file=sys.stderr)
+        return 2
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
