@@ -10,10 +10,12 @@ Policies (the baselines of the vLLM paper, Kwon et al., SOSP 2023, arXiv:2309.06
 - ``reserve_oracle``: exactly prompt + output (Orca (Oracle), knows the output length).
 - ``paged``: fixed blocks of ``block_size`` tokens allocated on demand (vLLM's PagedAttention).
 
-Reservations are placed first-fit in one contiguous address space of ``pool_tokens`` slots, so
-their external fragmentation is modelled, not assumed (the paper assumed a buddy allocator for
-Orca; first-fit is our simplification). Paged blocks are interchangeable: no external
-fragmentation, and the only slack is the unfilled tail of each request's last block.
+Reservations are placed in one contiguous address space of ``pool_tokens`` slots, so their
+external fragmentation is modelled, not assumed: first-fit by default, or a binary buddy allocator
+(``allocator="buddy"``), the one the paper assumes for Orca (§6.1: "We assume Orca uses the buddy
+allocation algorithm to determine the memory address to store KV cache"), which also rounds every
+reservation up to a power of two. Paged blocks are interchangeable: no external fragmentation, and
+the only slack is the unfilled tail of each request's last block.
 
 Scheduling model, one step = one forward pass of the engine:
 
@@ -42,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from .workloads import as_requests, poisson_arrivals
 
 POLICIES = ("reserve_max", "reserve_pow2", "reserve_oracle", "paged")
+ALLOCATORS = ("first_fit", "buddy")  # placement of contiguous reservations
 
 
 class OutOfBlocksError(RuntimeError):
@@ -177,6 +180,74 @@ class ContiguousAllocator:
         self.used_tokens -= n_tokens
 
 
+class BuddyAllocator:
+    """Binary buddy allocation of contiguous token ranges in a pool of ``pool_tokens`` slots.
+
+    A request for n tokens gets a chunk of 2^ceil(log2 n) slots aligned to its size, split from the
+    smallest free chunk that fits (lowest address first); a freed chunk merges with its buddy while
+    both are free. A pool that is not a power of two is first carved into the largest aligned
+    power-of-two chunks, e.g. 15,728 = 8,192 + 4,096 + 2,048 + 1,024 + 256 + 64 + 32 + 16.
+    """
+
+    def __init__(self, pool_tokens: int) -> None:
+        if pool_tokens < 1:
+            raise ValueError(f"pool_tokens must be >= 1, got {pool_tokens}")
+        pool_tokens = int(pool_tokens)
+        self.pool_tokens = pool_tokens
+        self.free_chunks: list[set[int]] = [set() for _ in range(pool_tokens.bit_length())]
+        self.held: dict[int, int] = {}       # chunk start → order (chunk of 2**order slots)
+        self._top: dict[int, int] = {}       # carved top-level chunks: start → order
+        self.used_tokens = 0                 # tokens requested by the held chunks
+        start = 0
+        for order in range(pool_tokens.bit_length() - 1, -1, -1):
+            if pool_tokens >> order & 1:
+                self._top[start] = order
+                self.free_chunks[order].add(start)
+                start += 1 << order
+
+    @staticmethod
+    def chunk_tokens(n_tokens: int) -> int:
+        """Slots of the chunk that holds ``n_tokens`` tokens: the next power of two."""
+        return 1 << (n_tokens - 1).bit_length()
+
+    @property
+    def held_tokens(self) -> int:
+        """Slots in held chunks, rounding included."""
+        return sum(1 << order for order in self.held.values())
+
+    def allocate(self, n_tokens: int) -> int | None:
+        """Start of a chunk for ``n_tokens`` tokens, split off a free chunk; None if none is large enough."""
+        if n_tokens < 1:
+            raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+        want = (n_tokens - 1).bit_length()
+        order = next((k for k in range(want, len(self.free_chunks)) if self.free_chunks[k]), None)
+        if order is None:
+            return None
+        start = min(self.free_chunks[order])
+        self.free_chunks[order].remove(start)
+        while order > want:  # split: keep the lower half, free the upper buddy
+            order -= 1
+            self.free_chunks[order].add(start + (1 << order))
+        self.held[start] = want
+        self.used_tokens += n_tokens
+        return start
+
+    def free(self, start: int, n_tokens: int) -> None:
+        """Return the chunk at ``start`` (allocated for ``n_tokens`` tokens), merging free buddies."""
+        order = self.held.get(start)
+        if order is None or self.chunk_tokens(n_tokens) != 1 << order:
+            raise ValueError(f"no chunk of {n_tokens} tokens is allocated at {start}")
+        del self.held[start]
+        self.used_tokens -= n_tokens
+        while self._top.get(start) != order:
+            buddy = start ^ (1 << order)
+            if buddy not in self.free_chunks[order]:
+                break
+            self.free_chunks[order].remove(buddy)
+            start, order = min(start, buddy), order + 1
+        self.free_chunks[order].add(start)
+
+
 def reserved_tokens(prompt_tokens: int, output_tokens: int, policy: str,
                     max_model_len: int | None = None) -> int:
     """Contiguous slots a reservation policy sets aside for one request at admission (tokens)."""
@@ -215,7 +286,9 @@ class SimResult:
     states" share, of reserved memory), ``reservation_waste`` = slots reserved for tokens the
     request will still write / ΣR, ``internal_waste`` = slots it will never write / ΣR (the three
     sum to 1); ``pool_token_share`` = ΣS/(steps·P) and ``pool_reserved_share`` = ΣR/(steps·P),
-    the rest of the pool being free or externally fragmented.
+    the rest of the pool being free or externally fragmented. With the buddy allocator,
+    ``pool_rounding_share`` = Σ(chunk − reserved)/(steps·P) is the part of that rest lost to
+    power-of-two rounding inside held chunks.
     """
 
     policy: str
@@ -239,12 +312,15 @@ class SimResult:
     mean_batch: float          # Σ_t running / steps
     max_batch: int             # most requests running in one step
     completed_per_step: float  # completed / steps (a throughput proxy)
+    allocator: str = "first_fit"      # placement of contiguous reservations (ALLOCATORS)
+    pool_rounding_share: float = 0.0  # Σ(buddy chunk − reserved) / (steps · pool_tokens)
 
     def pool_breakdown(self) -> dict[str, float]:
         """Shares of pool token-steps, summing to 1, as in the vLLM paper's Fig. 2.
 
         ``token_states``, ``reservation`` (reserved, written later), ``internal`` (reserved, never
-        written) and ``free`` (unreserved: idle or externally fragmented).
+        written) and ``free`` (unreserved: idle, externally fragmented or, with the buddy allocator,
+        lost to power-of-two rounding — the paper's "External frag. & Others").
         """
         reserved = self.pool_reserved_share
         return {"token_states": self.pool_token_share,
@@ -254,9 +330,14 @@ class SimResult:
 
 
 def _validate(requests: ArrayLike, pool_tokens: int, policy: str, block_size: int,
-              max_model_len: int | None, max_batch: int | None) -> NDArray[np.int64]:
+              max_model_len: int | None, max_batch: int | None,
+              allocator: str = "first_fit") -> NDArray[np.int64]:
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; one of {', '.join(POLICIES)}")
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; one of {', '.join(ALLOCATORS)}")
+    if policy == "paged" and allocator != "first_fit":
+        raise ValueError("the allocator places contiguous reservations; paged blocks need none")
     for name, value in (("pool_tokens", pool_tokens), ("block_size", block_size),
                         ("max_model_len", max_model_len), ("max_batch", max_batch)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
@@ -294,18 +375,21 @@ def _arrivals(n: int, arrival_rate: float | None, arrival_steps: ArrayLike | Non
 
 def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block_size: int = 16,
              max_model_len: int | None = None, seed: int = 0, arrival_rate: float | None = None,
-             *, arrival_steps: ArrayLike | None = None, max_batch: int | None = None) -> SimResult:
+             *, arrival_steps: ArrayLike | None = None, max_batch: int | None = None,
+             allocator: str = "first_fit") -> SimResult:
     """Serve ``requests`` ((n, 2) prompt and output tokens) from a KV pool of ``pool_tokens`` tokens.
 
     Arrivals: all at step 0 by default, Poisson at ``arrival_rate`` requests/step (seeded by
     ``seed``), or explicit ``arrival_steps``; served first-come-first-served (ties by row order).
-    ``max_batch`` caps running requests (vLLM's max_num_seqs). A request longer than the pool or
+    ``max_batch`` caps running requests (vLLM's max_num_seqs). ``allocator`` places reservations:
+    ``"first_fit"`` or ``"buddy"`` (power-of-two chunks, as the paper assumes for Orca; a request
+    whose chunk exceeds every carved chunk of the pool is rejected). A request longer than the pool or
     than ``max_model_len`` is a ValueError; one that fits in tokens but never in the policy's
     footprint (block rounding, power-of-two rounding, ``max_model_len`` > pool) is counted in
     ``rejected`` and skipped. The simulator jumps between events (completions, arrivals, the step
     a paged pool would overflow), tracking per-block-phase counts instead of per-token loops.
     """
-    reqs = _validate(requests, pool_tokens, policy, block_size, max_model_len, max_batch)
+    reqs = _validate(requests, pool_tokens, policy, block_size, max_model_len, max_batch, allocator)
     n = len(reqs)
     arrival = _arrivals(n, arrival_rate, arrival_steps, seed)
     order = np.argsort(arrival, kind="stable")
@@ -319,11 +403,13 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
     else:
         footprint = np.array([reserved_tokens(int(p), int(f - p), policy, max_model_len)
                               for p, f in zip(prompt, final)], dtype=np.int64)
-        fits = footprint <= pool_tokens
+        buddy = allocator == "buddy"
+        largest = 1 << (int(pool_tokens).bit_length() - 1) if buddy else pool_tokens  # biggest chunk
+        fits = footprint <= largest
         trace = _run_contiguous(prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist(),
-                                footprint[fits].tolist(), pool_tokens, max_batch or n)
+                                footprint[fits].tolist(), pool_tokens, max_batch or n, buddy)
         block_size = 1
-    return _result(trace, policy, block_size, pool_tokens, n, n - int(fits.sum()))
+    return _result(trace, policy, block_size, pool_tokens, n, n - int(fits.sum()), allocator)
 
 
 @dataclass(frozen=True)
@@ -334,6 +420,7 @@ class _Trace:
     seg_end: NDArray[np.int64]     # tokens held in its last step
     seg_final: NDArray[np.int64]   # the request's prompt + output (tokens)
     seg_footprint: NDArray[np.int64] | None  # reserved slots (contiguous policies)
+    seg_chunk: NDArray[np.int64] | None      # slots of the allocator's chunk (buddy only)
     steps: int
     completed: int
     preemptions: int
@@ -471,15 +558,15 @@ def _run_paged(prompt: list[int], final: list[int], arrival: list[int], bs: int,
         t = e
     arr = np.asarray
     return _Trace(arr(s0 + pre_start, dtype=np.int64), arr(final + pre_end, dtype=np.int64),
-                  arr(final + pre_final, dtype=np.int64), None, t + 1, completed, preemptions,
+                  arr(final + pre_final, dtype=np.int64), None, None, t + 1, completed, preemptions,
                   recomputed, peak_tokens, peak_used, max_running)
 
 
 def _run_contiguous(prompt: list[int], final: list[int], arrival: list[int], footprint: list[int],
-                    pool_tokens: int, max_batch: int) -> _Trace:
-    """Event loop for the reservation policies: first-fit regions, no growth, no preemption."""
+                    pool_tokens: int, max_batch: int, buddy: bool = False) -> _Trace:
+    """Event loop for the reservation policies: first-fit or buddy regions, no growth, no preemption."""
     n_req = len(final)
-    pool = ContiguousAllocator(pool_tokens)
+    pool = BuddyAllocator(pool_tokens) if buddy else ContiguousAllocator(pool_tokens)
     start = [0] * n_req
     ends: list[tuple[int, int]] = []
     running = csum = used = nxt = completed = 0
@@ -518,8 +605,9 @@ def _run_contiguous(prompt: list[int], final: list[int], arrival: list[int], foo
             freed = True
         t = e
     arr = np.asarray
+    chunk = arr([BuddyAllocator.chunk_tokens(f) for f in footprint], dtype=np.int64) if buddy else None
     return _Trace(arr(prompt, dtype=np.int64), arr(final, dtype=np.int64), arr(final, dtype=np.int64),
-                  arr(footprint, dtype=np.int64), t + 1, completed, 0, 0, peak_tokens, peak_used,
+                  arr(footprint, dtype=np.int64), chunk, t + 1, completed, 0, 0, peak_tokens, peak_used,
                   max_running)
 
 
@@ -529,7 +617,8 @@ def _block_sum(n: NDArray[np.int64], bs: int) -> NDArray[np.int64]:
     return bs * q * (q + 1) // 2 + r * (q + 1)
 
 
-def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejected: int) -> SimResult:
+def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejected: int,
+            allocator: str = "first_fit") -> SimResult:
     a, b, f = trace.seg_start, trace.seg_end, trace.seg_final
     length = b - a + 1
     tokens = int(((a + b) * length // 2).sum())
@@ -547,6 +636,7 @@ def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejec
         peak_reserved = trace.peak_reserved
     reserved = int(reserved_steps.sum())
     internal = int(internal_steps.sum())
+    rounding = 0 if trace.seg_chunk is None else int(((trace.seg_chunk - trace.seg_footprint) * length).sum())
     steps = trace.steps
     pool_steps = steps * pool_tokens
     return SimResult(
@@ -564,4 +654,6 @@ def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejec
         mean_batch=int(length.sum()) / steps if steps else 0.0,
         max_batch=trace.max_batch,
         completed_per_step=trace.completed / steps if steps else 0.0,
+        allocator=allocator,
+        pool_rounding_share=rounding / pool_steps if steps else 0.0,
     )

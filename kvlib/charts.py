@@ -80,6 +80,126 @@ def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: 
     return base.mark_line() + base.mark_point(size=30, filled=True)
 
 
+def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_order: Sequence[str],
+                 y_title: str, group: str | None = None, label_min: float = 4.0,
+                 label_format: str = ".1f") -> alt.LayerChart | alt.FacetChart:
+    """Vertical bars of ``value`` per ``category``, stacked by ``stack`` (``stack_order`` bottom up).
+
+    With ``group`` (e.g. a paper's figure against a simulation) each category becomes a panel
+    with one bar per group. Segments of at least ``label_min`` carry their value as a label.
+    """
+    data = df.copy()
+    rank = {name: i for i, name in enumerate(stack_order)}
+    data["_rank"] = data[stack].map(rank)
+    if data["_rank"].isna().any():
+        raise ValueError(f"{stack} values outside stack_order: {sorted(set(data[stack]) - set(rank))}")
+    keys = [category] + ([group] if group else [])
+    data = data.sort_values([*keys, "_rank"])
+    data["_top"] = data.groupby(keys, sort=False)[value].cumsum()
+    data["_mid"] = data["_top"] - data[value] / 2
+    data["_label"] = [format(v, label_format) if v >= label_min else "" for v in data[value]]
+    x_field = group or category
+    x = alt.X(f"{x_field}:N", title=None, sort=list(dict.fromkeys(df[x_field])),
+              axis=alt.Axis(labelAngle=0))
+    bars = alt.Chart().mark_bar().encode(
+        x=x, y=alt.Y(f"{value}:Q", title=y_title, stack="zero"),
+        color=alt.Color(f"{stack}:N", title=stack.replace("_", " "),
+                        scale=alt.Scale(domain=list(stack_order), range=PALETTE[:len(stack_order)]),
+                        sort=list(stack_order)),
+        order=alt.Order("_rank:Q"), tooltip=[*keys, stack, alt.Tooltip(f"{value}:Q", format=label_format)])
+    labels = alt.Chart().mark_text(fontSize=10, color="white").encode(
+        x=x, y=alt.Y("_mid:Q"), text="_label:N")
+    layered = alt.layer(bars, labels, data=data)
+    if group is None:
+        return layered.properties(width=alt.Step(70))
+    return layered.properties(width=alt.Step(56)).facet(
+        column=alt.Column(f"{category}:N", title=None, sort=list(dict.fromkeys(df[category]))))
+
+
+def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
+            value_title: str, facet: str | None = None, fmt: str = ".2f",
+            domain_mid: float | None = None) -> alt.LayerChart | alt.FacetChart:
+    """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
+
+    ``facet`` draws one panel per value of that column, side by side.
+    """
+    scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
+             else alt.Scale(scheme="blues"))
+    base = alt.Chart().encode(
+        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
+    rect = base.mark_rect().encode(
+        color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
+        tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt)])
+    text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
+    layered = alt.layer(rect, text, data=df).properties(width=alt.Step(40), height=alt.Step(22))
+    return layered if facet is None else layered.facet(column=alt.Column(f"{facet}:N", title=None))
+
+
+
+def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
+                     marks: pd.DataFrame | None = None, mark_label: str = "label",
+                     dashed: str | None = None, log_x: bool = False,
+                     log_y: bool = False) -> alt.LayerChart:
+    """``lines`` plus vertical rules at ``marks[x]`` (one per row, coloured by ``series``,
+    labelled by ``marks[mark_label]``); rows where boolean column ``dashed`` is true are drawn
+    as hollow points (e.g. batches past a capacity ceiling)."""
+    x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
+    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
+    enc = dict(x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
+               y=alt.Y(f"{y}:Q", title=y_title, scale=y_scale),
+               color=alt.Color(f"{series}:N", title=series.replace("_", " ")),
+               tooltip=[series, alt.Tooltip(f"{x}:Q", format=","),
+                        alt.Tooltip(f"{y}:Q", format=",.2f")])
+    base = alt.Chart(df).encode(**enc)
+    layers = [base.mark_line()]
+    if dashed:
+        layers.append(base.mark_point(size=36, filled=True).encode(
+            fill=alt.condition(f"datum.{dashed}", alt.value("white"),
+                               alt.Color(f"{series}:N", legend=None)),
+            shape=alt.Shape(f"{dashed}:N", title=dashed.replace("_", " "))))
+    else:
+        layers.append(base.mark_point(size=30, filled=True))
+    if marks is not None and len(marks):
+        rules = alt.Chart(marks).encode(x=f"{x}:Q", color=alt.Color(f"{series}:N"))
+        layers.append(rules.mark_rule(strokeDash=[4, 3]))
+        layers.append(rules.mark_text(align="left", dx=3, dy=-6, angle=0, fontSize=10).encode(
+            text=f"{mark_label}:N", y=alt.value(8)))
+    return alt.layer(*layers)
+
+
+def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, select: str,
+                 x_title: str, y_title: str, price: float, price_range: tuple[float, float],
+                 price_step: float = 0.05, price_label: str = "$ per GPU-hour ",
+                 select_label: str = "GPU ", log_x: bool = True,
+                 log_y: bool = True) -> alt.Chart:
+    """Cost lines the reader drives in the browser, without a kernel.
+
+    y = price × ``units`` ÷ (``rate`` × 3,600) × 10⁶ — dollars per million of what ``rate``
+    counts per second, when ``units`` things each cost ``price`` per hour — is computed by Vega
+    from the precomputed ``df``; ``price`` is a slider (``alt.binding_range``) and the rows
+    shown are those whose ``select`` column matches a dropdown (``alt.binding_select``, first
+    option selected). One line per ``series`` value.
+    """
+    options = list(dict.fromkeys(df[select]))
+    price_param = alt.param(name="price", value=price, bind=alt.binding_range(
+        min=price_range[0], max=price_range[1], step=price_step, name=price_label))
+    pick = alt.param(name="pick", value=options[0],
+                     bind=alt.binding_select(options=options, name=select_label))
+    x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
+    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
+    base = alt.Chart(df).transform_filter(f"datum.{select} == pick").transform_calculate(
+        dollars_per_million=f"price * datum.{units} / (datum.{rate} * 3600) * 1000000"
+    ).encode(
+        x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
+        y=alt.Y("dollars_per_million:Q", title=y_title, scale=y_scale),
+        color=alt.Color(f"{series}:N", title=series.replace("_", " ")),
+        tooltip=[select, series, alt.Tooltip(f"{x}:Q", format=","),
+                 alt.Tooltip(f"{rate}:Q", format=",.0f"),
+                 alt.Tooltip("dollars_per_million:Q", format="$,.3f")])
+    return (base.mark_line() + base.mark_point(size=30, filled=True)).add_params(
+        price_param, pick)
+
 
 class Table:
     """An HTML table for a chapter: formatted, with ids hashed from its content (reproducible)."""

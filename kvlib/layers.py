@@ -7,8 +7,14 @@ Counts are in *elements*; ``Model`` turns them into bytes with a dtype. Every cl
   ``n_tokens`` keeps (capped for sliding windows);
 * ``state_elements(tp)`` — constant per-sequence state on one GPU (recurrent layers).
 
-``tp`` is the tensor-parallel degree: attention heads and recurrent heads are split across
-GPUs; an MLA latent is replicated on every GPU.
+``tp`` is the tensor-parallel degree. The rules follow vLLM: KV heads are split across GPUs
+and replicated once GPUs outnumber them (``QKVParallelLinear`` in
+``vllm/model_executor/layers/linear.py``; ``ModelConfig.get_num_kv_heads`` returns
+``max(1, K // tp)``); an MLA latent is replicated on every GPU (``get_num_kv_heads`` returns 1
+when ``use_mla``); recurrent heads must divide evenly (``divide`` in
+``vllm/model_executor/layers/mamba/mamba_utils.py``), and Mamba-2 groups are split or, when
+there is exactly one, replicated (``MambaMixer2``: "If tensor parallel world size does not divide
+num_groups, then num_groups must equal 1").
 """
 from __future__ import annotations
 
@@ -43,6 +49,26 @@ def heads_per_gpu(n_heads: int, tp: int, what: str = "KV heads") -> int:
         return 1
     raise ValueError(f"{n_heads} {what} cannot be split across tp={tp} GPUs: "
                      "one must divide the other")
+
+
+def split_evenly(n: int, tp: int, what: str) -> int:
+    """``n`` divided across ``tp`` GPUs, which must divide it (vLLM's ``divide``)."""
+    _check_tp(tp)
+    if n % tp:
+        raise ValueError(f"{n} {what} cannot be split across tp={tp} GPUs: "
+                         f"tp must divide {n}")
+    return n // tp
+
+
+def mamba_groups_per_gpu(n_groups: int, tp: int) -> int:
+    """Mamba-2 B/C groups on one GPU: split when ``tp`` divides them, a single group replicated."""
+    _check_tp(tp)
+    if n_groups % tp == 0:
+        return n_groups // tp
+    if n_groups == 1:
+        return 1
+    raise ValueError(f"{n_groups} mamba groups cannot be split across tp={tp} GPUs: vLLM needs "
+                     "tp to divide the groups, or a single group")
 
 
 class Layer(Protocol):
@@ -133,7 +159,8 @@ class Mamba2Layer:
 
     conv state: (conv_kernel − 1) × (n_heads × head_dim + 2 × n_groups × state_size);
     SSM state: n_heads × head_dim × state_size (vLLM's ``mamba_utils`` shapes).
-    Heads split across GPUs; groups split when tp divides them, else replicated.
+    Heads split across GPUs (tp must divide them); groups split when tp divides them, a single
+    group replicated.
     """
 
     n_heads: int
@@ -159,10 +186,18 @@ class Mamba2Layer:
         return 0
 
     def state_elements(self, tp: int = 1) -> int:
-        heads = heads_per_gpu(self.n_heads, tp, "mamba heads")
-        groups = heads_per_gpu(self.n_groups, tp, "mamba groups")
-        conv = (self.conv_kernel - 1) * (heads * self.head_dim + 2 * groups * self.state_size)
-        return conv + heads * self.head_dim * self.state_size
+        return self.conv_elements(tp) + self.ssm_elements(tp)
+
+    def conv_elements(self, tp: int = 1, width: int | None = None) -> int:
+        """Convolution state on one GPU; ``width`` taps kept (vLLM: conv_kernel − 1)."""
+        heads = split_evenly(self.n_heads, tp, "mamba heads")
+        groups = mamba_groups_per_gpu(self.n_groups, tp)
+        taps = self.conv_kernel - 1 if width is None else width
+        return taps * (heads * self.head_dim + 2 * groups * self.state_size)
+
+    def ssm_elements(self, tp: int = 1) -> int:
+        """SSM (recurrent) state on one GPU: heads × head_dim × state_size."""
+        return split_evenly(self.n_heads, tp, "mamba heads") * self.head_dim * self.state_size
 
 
 @dataclass(frozen=True)
@@ -170,7 +205,8 @@ class GatedDeltaNetLayer:
     """A Gated DeltaNet linear-attention layer (Qwen3-Next, Qwen3.5): constant state.
 
     conv state: (conv_kernel − 1) × (2 × n_k_heads × k_head_dim + n_v_heads × v_head_dim);
-    recurrent state: n_v_heads × k_head_dim × v_head_dim. Heads split across GPUs.
+    recurrent state: n_v_heads × k_head_dim × v_head_dim. Heads split across GPUs (tp must
+    divide both head counts; vLLM ``gated_delta_net_state_shape``).
     """
 
     n_k_heads: int
@@ -196,10 +232,19 @@ class GatedDeltaNetLayer:
         return 0
 
     def state_elements(self, tp: int = 1) -> int:
-        k_heads = heads_per_gpu(self.n_k_heads, tp, "linear-attention key heads")
-        v_heads = heads_per_gpu(self.n_v_heads, tp, "linear-attention value heads")
-        conv = (self.conv_kernel - 1) * (2 * k_heads * self.k_head_dim + v_heads * self.v_head_dim)
-        return conv + v_heads * self.k_head_dim * self.v_head_dim
+        return self.conv_elements(tp) + self.ssm_elements(tp)
+
+    def conv_elements(self, tp: int = 1, width: int | None = None) -> int:
+        """Convolution state on one GPU; ``width`` taps kept (vLLM: conv_kernel − 1)."""
+        k_heads = split_evenly(self.n_k_heads, tp, "linear-attention key heads")
+        v_heads = split_evenly(self.n_v_heads, tp, "linear-attention value heads")
+        taps = self.conv_kernel - 1 if width is None else width
+        return taps * (2 * k_heads * self.k_head_dim + v_heads * self.v_head_dim)
+
+    def ssm_elements(self, tp: int = 1) -> int:
+        """Recurrent state on one GPU: value heads × k_head_dim × v_head_dim."""
+        v_heads = split_evenly(self.n_v_heads, tp, "linear-attention value heads")
+        return v_heads * self.k_head_dim * self.v_head_dim
 
 
 @dataclass(frozen=True)

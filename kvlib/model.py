@@ -27,20 +27,23 @@ class Model:
 
     name: display name; layers: one entry per decoder layer; n_heads: query heads (for the
     MHA/GQA/MQA label); dtype: the checkpoint's dtype (``torch_dtype``), the default dtype of
-    constant recurrent state; config: the (text) config it was read from, for parameter counts.
+    constant recurrent state; ssm_dtype: the recurrent (SSM) state dtype the config asks for, if
+    any; config: the (text) config it was read from, for parameter counts.
     """
 
     name: str
     layers: tuple[AnyLayer, ...]
     n_heads: int | None = None
     dtype: str | None = None
+    ssm_dtype: str | None = None
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.layers:
             raise ValueError(f"model {self.name!r} has no layers")
-        if self.dtype is not None:
-            dtype_bits(self.dtype)
+        for dtype in (self.dtype, self.ssm_dtype):
+            if dtype is not None:
+                dtype_bits(dtype)
 
     # --- the public arithmetic -------------------------------------------------------------
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> int:
@@ -49,18 +52,26 @@ class Model:
         Sums the layers that store per-token state (full, sliding, MLA); constant recurrent
         state is excluded. ``tp``: tensor-parallel degree (bytes are per GPU).
         """
+        self._check_query_heads(tp)
         return sum(elements_to_bytes(layer.elements_per_token(tp), dtype) for layer in self.layers)
 
     def state_bytes(self, state_dtype: str | None = None, tp: int = 1) -> int:
-        """Constant per-sequence state of the recurrent layers on one GPU, in bytes."""
-        elements = sum(layer.state_elements(tp) for layer in self.layers)
-        if elements == 0:
+        """Constant per-sequence state of the recurrent layers on one GPU, in bytes.
+
+        By default the conv state is kept in the model's dtype and the SSM/recurrent state in
+        the dtype the config asks for (``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype``, e.g.
+        fp32), else the model's dtype; ``state_dtype`` overrides both.
+        """
+        conv = sum(layer.conv_elements(tp) for layer in self.layers if hasattr(layer, "conv_elements"))
+        ssm = sum(layer.ssm_elements(tp) for layer in self.layers if hasattr(layer, "ssm_elements"))
+        if conv + ssm == 0:
             return 0
-        dtype = state_dtype or self.dtype
-        if dtype is None:
+        conv_dtype = state_dtype or self.dtype
+        ssm_dtype = state_dtype or self.ssm_dtype or self.dtype
+        if conv_dtype is None or ssm_dtype is None:
             raise ValueError(f"model {self.name!r} keeps recurrent state but its config gives "
                              "no torch_dtype: pass state_dtype")
-        return elements_to_bytes(elements, dtype)
+        return elements_to_bytes(conv, conv_dtype) + elements_to_bytes(ssm, ssm_dtype)
 
     def kv_bytes(self, n_tokens: int, dtype: str = "bf16", tp: int = 1,
                  state_dtype: str | None = None) -> int:
@@ -71,9 +82,17 @@ class Model:
         (default: the model's own dtype, as engines keep it even with an fp8 KV cache).
         """
         _check_tokens(n_tokens)
+        self._check_query_heads(tp)
         per_token = sum(elements_to_bytes(layer.elements_per_token(tp) * layer.tokens_held(n_tokens),
                                           dtype) for layer in self.layers)
         return per_token + (self.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)
+
+    def _check_query_heads(self, tp: int) -> None:
+        """vLLM requires tp to divide the query heads (``ModelConfig.verify_with_parallel_config``)."""
+        if (self.n_heads is not None and not isinstance(tp, bool) and isinstance(tp, int)
+                and tp > 0 and self.n_heads % tp):
+            raise ValueError(f"model {self.name!r}: {self.n_heads} query heads cannot be split "
+                             f"across tp={tp} GPUs: tp must divide them")
 
     # --- descriptions ----------------------------------------------------------------------
     @property
@@ -116,7 +135,8 @@ class Model:
 
         Handles MHA (no ``num_key_value_heads``), MQA flags (``multi_query``), explicit
         ``head_dim``, nested ``text_config``, sliding windows (``layer_types``,
-        ``sliding_window_pattern``, the Gemma-2 alternation, ``use_sliding_window: false``),
+        ``sliding_window_pattern``, the Gemma-2 alternation, the Gemma-3 default of every 6th layer
+        global, ``use_sliding_window: false``),
         MLA (``kv_lora_rank`` + ``qk_rope_head_dim``) and hybrid stacks (``layer_types`` with
         linear attention, ``full_attention_interval``, Nemotron-H ``hybrid_override_pattern``).
         Raises ValueError naming the field that is missing or invalid.
@@ -203,6 +223,13 @@ def _layer_kinds(c: _Config, n_layers: int) -> list[str]:
             every = c.int("sliding_window_pattern")
             kinds = ["full" if (i + 1) % every == 0 else "sliding" for i in range(n_layers)]
         source = "sliding_window_pattern"
+    elif c.get("model_type") == "gemma3_text":
+        # Gemma-3: the published google/gemma-3-27b-it config.json has no sliding_window_pattern
+        # and no layer_types; transformers' Gemma3TextConfig supplies the pattern as a class
+        # default, kwargs.get("sliding_window_pattern", 6): every 6th layer global
+        # (transformers 5.24.0, models/gemma3/configuration_gemma3.py, __post_init__).
+        kinds = ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n_layers)]
+        source = "the Gemma-3 default pattern"
     elif c.get("model_type") == "gemma2":  # Gemma-2: even layers local, odd layers global
         kinds = ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
         source = "the Gemma-2 alternation"
@@ -265,9 +292,10 @@ def _gdn_layer(c: _Config) -> GatedDeltaNetLayer:
                               conv_kernel=c.int("linear_conv_kernel_dim"))
 
 
-def _model_dtype(config: Mapping[str, Any], text: Mapping[str, Any]) -> str | None:
+def _model_dtype(config: Mapping[str, Any], text: Mapping[str, Any],
+                 keys: tuple[str, ...] = ("torch_dtype", "dtype")) -> str | None:
     for cfg in (text, config):
-        for key in ("torch_dtype", "dtype"):
+        for key in keys:
             value = cfg.get(key)
             if isinstance(value, str) and value in HF_DTYPE_NAMES:
                 return HF_DTYPE_NAMES[value]
@@ -302,7 +330,9 @@ def _parse_hf_config(config: Mapping[str, Any], name: str | None) -> Model:
             built[kind] = builders[kind]()
         layers.append(built[kind])
     return Model(name=label, layers=tuple(layers), n_heads=n_heads,
-                 dtype=_model_dtype(config, text), config=dict(text))
+                 dtype=_model_dtype(config, text),
+                 ssm_dtype=_model_dtype(config, text, ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
+                 config=dict(text))
 
 
 def model_from_layers(name: str, layers: Sequence[AnyLayer], n_heads: int | None = None,

@@ -91,12 +91,17 @@ def _pmf(mean: float, sigma: float, lo: int, hi: int) -> tuple[NDArray[np.int64]
     return values, probs
 
 
-def _dists(name: str, sigma_prompt: float, sigma_output: float) -> tuple[LengthDist, LengthDist]:
+def _dists(name: str, sigma_prompt: float, sigma_output: float,
+           max_output_tokens: int | None = None) -> tuple[LengthDist, LengthDist]:
     stats = published_stats()
     lo = int(stats[("sharegpt", "min_tokens")])
     hi = int(stats[("sharegpt", "max_prompt_tokens")])
+    top = hi if max_output_tokens is None else max_output_tokens
+    longest = int(stats[("sharegpt", "max_total_tokens")]) - lo
+    if not hi <= top <= longest:
+        raise ValueError(f"max_output_tokens must lie in [{hi}, {longest}] tokens, got {top}")
     return (LengthDist(stats[(name, "mean_prompt_tokens")], sigma_prompt, lo, hi),
-            LengthDist(stats[(name, "mean_output_tokens")], sigma_output, lo, hi))
+            LengthDist(stats[(name, "mean_output_tokens")], sigma_output, lo, top))
 
 
 # ln-space standard deviations (assumptions, not published): ShareGPT is the more variable trace (§6.1).
@@ -104,9 +109,15 @@ SHAREGPT_SIGMA = (1.0, 1.0)
 ALPACA_SIGMA = (0.5, 0.8)
 
 
-def sharegpt_dists() -> tuple[LengthDist, LengthDist]:
-    """(prompt, output) length distributions with the ShareGPT means of Fig. 11a: 161.31 and 337.99 tokens."""
-    return _dists("sharegpt", *SHAREGPT_SIGMA)
+def sharegpt_dists(output_sigma: float | None = None,
+                   max_output_tokens: int | None = None) -> tuple[LengthDist, LengthDist]:
+    """(prompt, output) length distributions with the ShareGPT means of Fig. 11a: 161.31 and 337.99 tokens.
+
+    ``output_sigma`` (default ``SHAREGPT_SIGMA[1]``) and ``max_output_tokens`` (default 1,024; at
+    most 2,044 = 2,048 − the 4-token minimum prompt) reshape the output tail at the same mean.
+    """
+    sigma_output = SHAREGPT_SIGMA[1] if output_sigma is None else output_sigma
+    return _dists("sharegpt", SHAREGPT_SIGMA[0], sigma_output, max_output_tokens)
 
 
 def alpaca_dists() -> tuple[LengthDist, LengthDist]:
@@ -114,18 +125,30 @@ def alpaca_dists() -> tuple[LengthDist, LengthDist]:
     return _dists("alpaca", *ALPACA_SIGMA)
 
 
-def _sample(dists: tuple[LengthDist, LengthDist], n: int, seed: int) -> NDArray[np.int64]:
+def _sample(dists: tuple[LengthDist, LengthDist], n: int, seed: int,
+            max_total_tokens: int | None = None) -> NDArray[np.int64]:
     if n < 1:
         raise ValueError(f"number of requests must be >= 1, got {n}")
     rng = np.random.default_rng(seed)
     prompt = dists[0].sample(n, rng)
     output = dists[1].sample(n, rng)
+    if max_total_tokens is not None:  # draw pairs over the limit again, as the sampler prunes them
+        while (bad := np.flatnonzero(prompt + output > max_total_tokens)).size:
+            prompt[bad] = dists[0].sample(bad.size, rng)
+            output[bad] = dists[1].sample(bad.size, rng)
     return np.column_stack([prompt, output])
 
 
-def sharegpt(n: int, seed: int = 0) -> NDArray[np.int64]:
-    """``n`` ShareGPT-like requests, an (n, 2) array of (prompt_tokens, output_tokens), seeded."""
-    return _sample(sharegpt_dists(), n, seed)
+def sharegpt(n: int, seed: int = 0, *, output_sigma: float | None = None,
+             max_output_tokens: int | None = None) -> NDArray[np.int64]:
+    """``n`` ShareGPT-like requests, an (n, 2) array of (prompt_tokens, output_tokens), seeded.
+
+    ``output_sigma`` and ``max_output_tokens`` as in ``sharegpt_dists``; pairs longer than the
+    sampler's 2,048 tokens are drawn again, so with a cap above 1,024 the sample means move
+    slightly off the published ones (the defaults never redraw and keep the same stream).
+    """
+    dists = sharegpt_dists(output_sigma, max_output_tokens)
+    return _sample(dists, n, seed, int(published_stats()[("sharegpt", "max_total_tokens")]))
 
 
 def alpaca(n: int, seed: int = 0) -> NDArray[np.int64]:

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvlib.allocator import (
     BlockAllocator,
+    BuddyAllocator,
     ContiguousAllocator,
     OutOfBlocksError,
     SimResult,
@@ -36,7 +37,7 @@ POLICIES = ("paged", "reserve_oracle", "reserve_pow2", "reserve_max")
 # --- the block-level reference: one step at a time, real block tables -------------------------
 
 def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arrival=None,
-              max_batch=None) -> SimResult:
+              max_batch=None, allocator="first_fit") -> SimResult:
     """Step-by-step simulation with BlockAllocator / ContiguousAllocator, per-step sums.
 
     Independent of simulate()'s event jumps and closed-form integrals; same scheduling rules
@@ -53,9 +54,11 @@ def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arr
         alloc = BlockAllocator(pool_tokens // block_size, block_size)
         fits = [alloc.blocks_for(f) <= alloc.num_blocks for f in final]
     else:
-        pool = ContiguousAllocator(pool_tokens)
+        buddy = allocator == "buddy"
+        pool = BuddyAllocator(pool_tokens) if buddy else ContiguousAllocator(pool_tokens)
         foot = [reserved_tokens(p, f - p, policy, max_model_len) for p, f in zip(prompt, final)]
-        fits = [x <= pool_tokens for x in foot]
+        largest = 1 << (pool_tokens.bit_length() - 1) if buddy else pool_tokens
+        fits = [BuddyAllocator.chunk_tokens(x) <= largest if buddy else x <= pool_tokens for x in foot]
         tokens: dict[int, int] = {}
         where: dict[int, int] = {}
         block_size = 1
@@ -67,7 +70,7 @@ def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arr
     cap = max_batch or n
     t = completed = preemptions = recomputed = 0
     last = -1
-    sum_s = sum_r = sum_int = token_steps = 0
+    sum_s = sum_r = sum_int = sum_round = token_steps = 0
     peak_s = peak_r = max_n = max_slack = 0
     while completed < to_finish:
         assert t < 100_000, "reference did not terminate"
@@ -109,6 +112,8 @@ def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arr
         sum_s += s_now
         sum_r += r_now
         sum_int += sum(max(0, reserved[r] - final[r]) for r in running)
+        if not paged and allocator == "buddy":
+            sum_round += sum(BuddyAllocator.chunk_tokens(foot[r]) - foot[r] for r in running)
         token_steps += len(running)
         peak_s, peak_r, max_n = max(peak_s, s_now), max(peak_r, r_now), max(max_n, len(running))
         max_slack = max([max_slack] + [reserved[r] - held[r] for r in running])
@@ -133,7 +138,8 @@ def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arr
         pool_reserved_share=sum_r / (steps * pool_tokens) if steps else 0.0,
         peak_pool_token_share=peak_s / pool_tokens, peak_pool_reserved_share=peak_r / pool_tokens,
         max_slack_tokens=max_slack, mean_batch=token_steps / steps if steps else 0.0,
-        max_batch=max_n, completed_per_step=completed / steps if steps else 0.0)
+        max_batch=max_n, completed_per_step=completed / steps if steps else 0.0,
+        allocator=allocator, pool_rounding_share=sum_round / (steps * pool_tokens) if steps else 0.0)
 
 
 # --- known answers on hand-worked traces -----------------------------------------------------
@@ -212,6 +218,46 @@ def test_external_fragmentation_known_answer():
     assert res.token_utilization == 25 / 30
 
 
+def test_buddy_allocation_known_answer():
+    # Oracle reservations of 5 and 2 tokens in an 8-slot pool.  Buddy: A's 5 tokens take the
+    # whole 8-slot chunk, so B waits until A finishes (steps 0-2) and runs at steps 3-4.
+    # ΣS = (3+4+5) + (1+2) = 15; ΣR (the policy's reservation) = 5·3 + 2·2 = 19;
+    # rounding = (8 − 5)·3 = 9 slot-steps of 5 steps × 8 slots.  First-fit runs both at once.
+    res = simulate([[3, 2], [1, 1]], pool_tokens=8, policy="reserve_oracle", allocator="buddy")
+    assert (res.steps, res.max_batch, res.allocator) == (5, 1, "buddy")
+    assert res.token_utilization == 15 / 19 and res.pool_rounding_share == 9 / 40
+    assert res.pool_breakdown()["free"] == 1 - 19 / 40  # rounding counts with the free share
+    first_fit = simulate([[3, 2], [1, 1]], pool_tokens=8, policy="reserve_oracle")
+    assert (first_fit.steps, first_fit.max_batch, first_fit.pool_rounding_share) == (3, 2, 0.0)
+
+
+def test_buddy_allocator_splits_merges_and_carves():
+    alloc = BuddyAllocator(16)
+    assert alloc.allocate(3) == 0       # 16 → 8 + 8 → 4 + 4: [0, 4)
+    assert alloc.allocate(5) == 8       # needs 8: the free upper half
+    assert alloc.allocate(4) == 4
+    assert alloc.allocate(1) is None and alloc.held_tokens == 16 and alloc.used_tokens == 12
+    with pytest.raises(ValueError, match="no chunk"):
+        alloc.free(4, 9)                # 9 tokens would have needed a 16-slot chunk
+    alloc.free(0, 3)
+    alloc.free(4, 4)                    # buddies [0, 4) and [4, 8) merge into [0, 8)
+    alloc.free(8, 5)                    # ... and [0, 8) with [8, 16)
+    assert alloc.free_chunks[4] == {0} and not any(alloc.free_chunks[:4])
+    # The vLLM paper's OPT-13B pool: 15,728 slots = 8,192 + 4,096 + 2,048 + 1,024 + 256 + 64 + 32 + 16.
+    pool = BuddyAllocator(15_728)
+    assert sorted(1 << k for k, starts in enumerate(pool.free_chunks) for _ in starts) == \
+        [16, 32, 64, 256, 1024, 2048, 4096, 8192]
+    # Seven 2,048-token chunks, smallest free chunk first (Orca (Max)'s 7 slots), then none.
+    assert [pool.allocate(2048) for _ in range(8)] == [12288, 8192, 10240, 0, 2048, 4096, 6144, None]
+    assert BuddyAllocator.chunk_tokens(2048) == 2048 and BuddyAllocator.chunk_tokens(2049) == 4096
+
+
+def test_buddy_rejects_what_no_chunk_holds():
+    # A 600-token pool carves 512 + 64 + 16 + 8: a 513-token reservation fits no chunk.
+    res = simulate([[500, 13], [10, 10]], pool_tokens=600, policy="reserve_oracle", allocator="buddy")
+    assert (res.rejected, res.completed) == (1, 1)
+
+
 def test_arrival_steps_and_idle_steps():
     # One request 1 + 1 arriving at step 5: steps 0-4 idle, admitted at 5, finishes at 6.
     res = simulate([[1, 1]], pool_tokens=4, policy="paged", block_size=2, arrival_steps=[5])
@@ -263,6 +309,8 @@ def test_prefix_reuse_lost():
     ({"max_batch": 0}, "max_batch"),
     ({"pool_tokens": 1024.0}, "pool_tokens must be an integer"),
     ({"arrival_rate": "fast"}, "arrival rate"),
+    ({"allocator": "slab", "policy": "reserve_oracle"}, "unknown allocator"),
+    ({"allocator": "buddy"}, "paged blocks need none"),
 ])
 def test_bad_input_raises_value_error(kwargs, match):
     args = {"requests": [[10, 10]], "pool_tokens": 1024} | kwargs
@@ -285,8 +333,10 @@ def traces(draw):
     pool = draw(st.integers(smallest, max(smallest, 3 * longest)))
     arrival = [draw(st.integers(0, 12)) for _ in range(n)]
     max_batch = draw(st.none() | st.integers(1, 4))
+    allocator = "first_fit" if policy == "paged" else draw(st.sampled_from(["first_fit", "buddy"]))
     return {"requests": reqs, "pool_tokens": pool, "policy": policy, "block_size": block_size,
-                "max_model_len": max_model_len, "arrival": arrival, "max_batch": max_batch}
+                "max_model_len": max_model_len, "arrival": arrival, "max_batch": max_batch,
+                "allocator": allocator}
 
 
 @settings(max_examples=300, deadline=None)
@@ -298,16 +348,18 @@ def test_fast_simulator_matches_block_reference(trace):
     assert got == expected
 
 
-@pytest.mark.parametrize("policy, block_size", [("paged", 16), ("paged", 1), ("paged", 7),
-                                                ("reserve_oracle", 16), ("reserve_pow2", 16),
-                                                ("reserve_max", 16)])
-def test_fast_matches_reference_on_sharegpt_with_poisson(policy, block_size):
+@pytest.mark.parametrize("policy, block_size, allocator", [
+    ("paged", 16, "first_fit"), ("paged", 1, "first_fit"), ("paged", 7, "first_fit"),
+    ("reserve_oracle", 16, "first_fit"), ("reserve_pow2", 16, "first_fit"),
+    ("reserve_max", 16, "first_fit"), ("reserve_oracle", 16, "buddy"), ("reserve_pow2", 16, "buddy")])
+def test_fast_matches_reference_on_sharegpt_with_poisson(policy, block_size, allocator):
     # 150 ShareGPT-like requests at 0.5 requests/step into a 6,144-token pool: queueing,
-    # first-fit holes and (paged) preemptions all happen.
+    # first-fit or buddy holes and (paged) preemptions all happen.
     reqs = sharegpt(150, seed=3)
-    got = simulate(reqs, 6144, policy, block_size, max_model_len=2048, seed=5, arrival_rate=0.5)
+    got = simulate(reqs, 6144, policy, block_size, max_model_len=2048, seed=5, arrival_rate=0.5,
+                   allocator=allocator)
     expected = reference(reqs, 6144, policy, block_size, max_model_len=2048,
-                         arrival=poisson_arrivals(150, 0.5, seed=5))
+                         arrival=poisson_arrivals(150, 0.5, seed=5), allocator=allocator)
     assert got == expected
     if policy == "paged" and block_size == 16:
         assert got.preemptions > 0  # the trace exercises preemption
@@ -435,10 +487,54 @@ class ContiguousAllocatorMachine(RuleBasedStateMachine):
         assert all(a + s < b for a, s, b in zip(starts, sizes, starts[1:]))  # holes coalesced
 
 
+class BuddyAllocatorMachine(RuleBasedStateMachine):
+    """Random buddy allocations and frees: aligned power-of-two chunks tile the pool, coalesced."""
+
+    @initialize(pool=st.integers(1, 100))
+    def setup(self, pool):
+        self.alloc = BuddyAllocator(pool)
+        self.chunks: dict[int, int] = {}  # start → tokens requested
+
+    @rule(size=st.integers(1, 40))
+    def allocate(self, size):
+        need = BuddyAllocator.chunk_tokens(size)
+        fits = any(starts and 1 << k >= need for k, starts in enumerate(self.alloc.free_chunks))
+        start = self.alloc.allocate(size)
+        assert (start is not None) == fits
+        if start is not None:
+            self.chunks[start] = size
+
+    @precondition(lambda self: self.chunks)
+    @rule(data=st.data())
+    def free(self, data):
+        start = data.draw(st.sampled_from(sorted(self.chunks)))
+        self.alloc.free(start, self.chunks.pop(start))
+        with pytest.raises(ValueError, match="no chunk"):
+            self.alloc.free(start, 1)   # a double free is refused
+
+    @invariant()
+    def chunks_tile_the_pool(self):
+        if not hasattr(self, "alloc"):
+            return
+        held = [(s, BuddyAllocator.chunk_tokens(n)) for s, n in self.chunks.items()]
+        free = [(s, 1 << k) for k, starts in enumerate(self.alloc.free_chunks) for s in starts]
+        pos = 0
+        for start, size in sorted(held + free):
+            assert start == pos and start % size == 0  # disjoint, gapless, aligned to its size
+            pos += size
+        assert pos == self.alloc.pool_tokens
+        assert self.alloc.used_tokens == sum(self.chunks.values())
+        assert self.alloc.held_tokens == sum(size for _, size in held)
+        if not self.chunks:  # everything returned: back to the initial carving
+            assert self.alloc.free_chunks == BuddyAllocator(self.alloc.pool_tokens).free_chunks
+
+
 TestBlockAllocator = BlockAllocatorMachine.TestCase
 TestBlockAllocator.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestContiguousAllocator = ContiguousAllocatorMachine.TestCase
 TestContiguousAllocator.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+TestBuddyAllocator = BuddyAllocatorMachine.TestCase
+TestBuddyAllocator.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
 
 
 def test_block_allocator_tables_and_free_list():
@@ -484,6 +580,19 @@ def test_sampled_workloads_are_seeded_and_close_to_the_means():
     assert np.allclose(a.mean(axis=0), [161.31, 337.99], rtol=0.01)
     assert np.allclose(alpaca(200_000, seed=1).mean(axis=0), [19.31, 58.45], rtol=0.01)
     assert a.min() >= 4 and a.max() <= 1024 and (a.sum(axis=1) <= 2048).all()
+
+
+def test_sharegpt_output_tail_option():
+    # Outputs up to 2,044 tokens (the sampler's 2,048 total minus a 4-token prompt); pairs over
+    # 2,048 are drawn again, so totals stay within OPT's context and the means stay close.
+    a = sharegpt(100_000, seed=1, output_sigma=0.88, max_output_tokens=2044)
+    assert a[:, 1].max() > 1024 and (a.sum(axis=1) <= 2048).all() and a.min() >= 4
+    assert np.allclose(a.mean(axis=0), [161.31, 337.99], rtol=0.015)
+    assert np.array_equal(a, sharegpt(100_000, seed=1, output_sigma=0.88, max_output_tokens=2044))
+    assert sharegpt_dists(0.88, 2044)[1].max_tokens == 2044
+    for bad in (512, 2045):
+        with pytest.raises(ValueError, match="max_output_tokens"):
+            sharegpt(10, max_output_tokens=bad)
 
 
 def test_fixed_and_user_arrays():

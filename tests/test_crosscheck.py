@@ -1,0 +1,110 @@
+"""kvlib against the cache objects transformers builds (a small, fast version of chapter 2's table).
+
+The measurement tests need torch 2.13.0 and transformers 5.24.0 (``pip install
+'kvlib[crosscheck]'``) and are skipped without them; models are cut to a few layers that keep
+every layer kind with its true geometry. The arithmetic of the conventions is tested without
+torch.
+"""
+from __future__ import annotations
+
+import pytest
+
+import kvlib
+from kvlib import crosscheck
+from kvlib.units import KIB
+
+# --- no torch needed ------------------------------------------------------------------------
+
+
+def test_config_cut_keeps_per_layer_lists():
+    cfg = crosscheck.hf_config_dict("qwen3.5-35b-a3b", n_layers=4)
+    text = cfg["text_config"]
+    assert text["num_hidden_layers"] == 4
+    assert text["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    nem = crosscheck.hf_config_dict("nemotron-3-nano-30b-a3b", n_layers=7)
+    assert nem["hybrid_override_pattern"] == "MEMEM*E"
+    assert crosscheck.kvlib_model("nemotron-3-nano-30b-a3b", 7).layer_counts() == {
+        "mamba2": 3, "none": 3, "full": 1}
+    with pytest.raises(ValueError, match="n_layers must be in 1..62"):
+        crosscheck.hf_config_dict("gemma-3-27b", n_layers=63)
+
+
+def test_falcon_rw_config_renamed_for_transformers():
+    cfg = crosscheck.hf_config_dict("falcon-7b")
+    assert cfg["model_type"] == "falcon" and cfg["num_attention_heads"] == 71
+    assert "auto_map" not in cfg and "n_head" not in cfg
+    # the renamed config still describes the same cache: 2 × 32 × 1 × 64 × 2 = 8,192 bytes
+    assert crosscheck.kvlib_model("falcon-7b").kv_bytes_per_token() == 8_192
+
+
+def test_transformers_convention_for_recurrent_state():
+    # Qwen3.5-35B-A3B cut to 4 layers: 3 Gated DeltaNet + 1 full attention (2 KV heads × 256).
+    # transformers: conv 4 taps × (2 × 16 × 128 + 32 × 128) = 32,768 elements in bf16 = 65,536 B
+    #               recurrent 32 × 128 × 128 = 524,288 elements in fp32 = 2,097,152 B
+    # one token of attention: 2 × 2 × 256 × 2 = 2,048 B
+    m = crosscheck.kvlib_model("qwen3.5-35b-a3b", 4)
+    assert crosscheck.transformers_convention_bytes(m, 1) == 3 * (65_536 + 2_097_152) + 2_048
+    # kvlib (vLLM convention): 3 taps in bf16, recurrent state in the config's fp32
+    # (mamba_ssm_dtype): 3 × (24,576 × 2 + 524,288 × 4) + 2,048
+    assert m.kv_bytes(1) == 3 * (24_576 * 2 + 524_288 * 4) + 2_048
+
+
+def test_window_view_bytes():
+    # gpt-oss-20b cut to 2 layers (1 sliding W 128, 1 full), 8 KV heads × 64, bf16 = 2,048 B per
+    # layer-token. After a 1,000-token prefill the sliding tensor views all 1,000 tokens.
+    m = crosscheck.kvlib_model("gpt-oss-20b", 2)
+    assert crosscheck.window_view_bytes(m, 1000) == 1000 * 2_048
+    assert m.kv_bytes(1000) == (127 + 1000) * 2_048
+    assert "views all 1,000" in crosscheck.explain(m, 1000)
+    assert crosscheck.explain(kvlib.load_model("llama-3.1-8b"), 10) == "same layout"
+
+
+# --- measured against transformers -----------------------------------------------------------
+
+#: slug → layers kept (every kind present), small enough to run in seconds
+SMALL = {
+    "llama-3.1-8b": 2,        # GQA
+    "llama-2-7b": 2,          # MHA
+    "falcon-7b": 2,           # MQA, RW config
+    "mistral-7b-v0.1": 2,     # all windowed (4,096)
+    "gemma-3-27b": 6,         # 5 local + 1 global, pattern by convention
+    "gpt-oss-20b": 2,         # 1 local (128) + 1 global
+    "deepseek-v3": 4,         # MLA (first layers dense, then MoE)
+    "qwen3.5-35b-a3b": 4,     # 3 Gated DeltaNet + 1 full
+    "nemotron-3-nano-30b-a3b": 7,  # Mamba-2, MoE, attention
+}
+
+
+@pytest.fixture(scope="module")
+def table():
+    pytest.importorskip("torch")  # only these tests need torch and transformers
+    pytest.importorskip("transformers")
+    return crosscheck.cross_check_table(SMALL, token_counts=(1, 300, 5000), n_layers=SMALL)
+
+
+def test_every_measurement_is_explained(table):
+    assert len(table) == 3 * len(SMALL)
+    bad = table[~table["explained"]]
+    assert bad.empty, bad[["slug", "n_tokens", "transformers_bytes", "expected_bytes"]]
+
+
+def test_attention_layouts_agree_to_the_byte(table):
+    attention_only = table[~table["explanation"].str.contains("recurrent")]
+    assert set(attention_only["slug"]) == set(SMALL) - {"qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b"}
+    assert (attention_only["transformers_bytes"] == attention_only["kvlib_bytes"]).all()
+
+
+def test_known_values(table):
+    row = table.set_index(["slug", "n_tokens"])
+    # Gemma-3 cut to 6 layers at 5,000 tokens: 1 global × 5,000 + 5 local × 1,023 tokens,
+    # each 2 × 16 × 128 × 2 = 8,192 bytes
+    assert row.loc[("gemma-3-27b", 5000), "transformers_bytes"] == (5000 + 5 * 1023) * 8192
+    # MLA: 4 layers × 300 tokens × (512 + 64) × 2 bytes
+    assert row.loc[("deepseek-v3", 300), "transformers_bytes"] == 4 * 300 * 576 * 2
+    # Mistral at 5,000 tokens: tensors hold 4,095 tokens, the memory behind them all 5,000
+    mistral = row.loc[("mistral-7b-v0.1", 5000)]
+    assert mistral["transformers_bytes"] == 2 * 4095 * 128 * KIB // 32
+    assert mistral["window_storage_bytes"] == 2 * 5000 * 128 * KIB // 32
+    # hybrids are larger in transformers (conv taps, fp32 state), never smaller
+    hybrid = table[table["explanation"].str.contains("recurrent")]
+    assert (hybrid["ratio"] > 1).all()

@@ -1,0 +1,311 @@
+"""kvlib.recheck: verdicts on hand-worked claims, and bad rows reported rather than raised."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import kvlib
+from kvlib import recheck
+from kvlib.recheck import COMPUTATIONS, ERROR, VERDICTS, judge, precision
+from kvlib.units import GIB, KIB
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = "id,claim,source,section,quantity,claimed,unit,computation,inputs,notes"
+
+
+# --- precision and judge ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("claimed, half_unit", [
+    ("68.6", 0.05), ("40", 0.5), ("1,564", 0.5), ("0.73", 0.005), ("70.272", 0.0005)])
+def test_precision_is_half_a_unit_of_the_last_digit(claimed, half_unit):
+    assert math.isclose(precision(claimed), half_unit)
+
+
+@pytest.mark.parametrize("bad", ["about 40", "", "4e", "nan"])
+def test_precision_rejects_what_is_not_a_number(bad):
+    with pytest.raises(ValueError, match="not a"):
+        precision(bad)
+
+
+def test_exact_value_holds():
+    # Llama-3.1-8B: 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 131,072 bytes = 128 KiB
+    v = judge("128", 131_072, "KiB")
+    assert (v.verdict, v.recomputed, v.auto_verdict) == ("holds", 128.0, "holds")
+
+
+def test_rounded_value_holds_within_half_a_digit():
+    # DeepSeek-V3: 61 × (512 + 64) × 2 = 70,272 bytes = 68.625 KiB, stated as 68.6
+    assert judge("68.6", 70_272, "KiB").verdict == "holds"
+
+
+def test_one_digit_off_is_rounding():
+    # Qwen2.5-72B: 327,680 bytes = 327.68 KB, stated as 327 (truncated, not rounded)
+    v = judge("327", 327_680, "KB")
+    assert v.verdict == "rounding" and "1 %" in v.reason
+
+
+def test_kib_written_as_kb_is_a_unit_slip():
+    # Qwen3-30B-A3B: 2 × 48 × 4 × 128 × 2 = 98,304 bytes = 96 KiB = 98.3 KB, stated "96 KB"
+    v = judge("96", 98_304, "KB")
+    assert v.verdict == "unit slip" and v.alternative == "KiB"
+    assert math.isclose(v.recomputed, 98.304)
+
+
+def test_gib_written_as_gb_is_a_unit_slip():
+    # Llama-2-7B, 4,096 tokens: 4096 × 524,288 B = 2 GiB = 2.147 GB, stated "2.00 GB"
+    assert judge("2.00", 2 * GIB, "GB").verdict == "unit slip"
+
+
+def test_far_off_is_wrong():
+    # $2.50/h at 95 tok/s: 2.5 / (95 × 3600) × 1e6 = 7.31 $/M, not 0.73
+    v = judge("0.73", 7.3099, "USD/1M tokens")
+    assert v.verdict == "wrong" and "7.31" in v.reason
+
+
+def test_percent_claims_compare_fractions_times_100():
+    assert judge("58.17", 2474.2581 / 1564.3040 - 1, "%").verdict == "holds"
+    assert judge("58", 0.5817, "%").verdict == "holds"
+
+
+def test_explicit_tolerance_widens_the_band():
+    # "60–80 % waste": 1 − 0.382 = 61.8 %, stated to the nearest 10 %
+    assert judge("60", 0.618, "%").verdict == "wrong"
+    assert judge("60", 0.618, "%", tolerance=5).verdict == "holds"
+
+
+def test_alternative_reading_makes_a_unit_slip():
+    # per GPU 8.69 GiB; the claim's 17.38 is the total over two GPUs
+    v = judge("17.38", 8.69 * GIB, "GiB", alternatives={"as the total over 2 GPUs": 17.38 * GIB})
+    assert v.verdict == "unit slip" and v.alternative == "as the total over 2 GPUs"
+
+
+def test_alternative_with_its_own_verdict():
+    # DeepSeek-V2 vs 67B: 82.2 % both in bf16, 93.3 % with V2's cache at 6 bits
+    v = judge("93.3", 1 - 69_120 / 389_120, "%",
+              alternatives={"with 6-bit KV": (1 - 69_120 * 6 / 16 / 389_120, "misleading")})
+    assert v.verdict == "misleading" and "only with 6-bit KV" in v.reason
+
+
+def test_alternative_verdict_must_be_known():
+    with pytest.raises(ValueError, match="not one of"):
+        judge("1", 2.0, "x", alternatives={"x": (1.0, "sort of")})
+
+
+def test_non_finite_recomputation_is_rejected():
+    with pytest.raises(ValueError, match="not finite"):
+        judge("1", float("inf"), "x")
+
+
+# --- computations --------------------------------------------------------------------------
+
+def test_kv_formula_matches_the_registry():
+    # Llama-2-7B (MHA): 2 × 32 × 32 × 128 × 2 = 524,288 bytes
+    assert COMPUTATIONS["kv_formula"](32, 32, 128, "fp16") == 524_288
+    assert COMPUTATIONS["kv_formula"](32, 32, 128, "fp16") == COMPUTATIONS["kv_per_token"]("llama-2-7b", "fp16")
+    with pytest.raises(ValueError, match="n_layers"):
+        COMPUTATIONS["kv_formula"](0, 32, 128)
+
+
+def test_cost_per_million_tokens():
+    # $2.90/h at 100 tok/s: 2.90 / 360,000 × 1e6 = 8.0556
+    assert math.isclose(COMPUTATIONS["usd_per_million_tokens"](2.90, 100), 8.0556, rel_tol=1e-4)
+    with pytest.raises(ValueError):
+        COMPUTATIONS["usd_per_million_tokens"](2.90, 0)
+
+
+def test_change_and_kv_saving():
+    assert math.isclose(COMPUTATIONS["change"](1564.3040, 2474.2581), 0.58170, abs_tol=1e-5)
+    # DeepSeek-V2 (60 × 576 × 2 = 69,120 B) vs DeepSeek 67B (2 × 95 × 8 × 128 × 2 = 389,120 B)
+    assert math.isclose(COMPUTATIONS["kv_saving"]("deepseek-v2", "deepseek-67b"), 1 - 69_120 / 389_120)
+
+
+def test_kv_tokens_floors_to_whole_tokens():
+    # 56 GiB over Llama-3.1-8B's 128 KiB per token: 458,752 tokens
+    assert COMPUTATIONS["kv_tokens"]("llama-3.1-8b", 56 * GIB) == 458_752
+    assert COMPUTATIONS["kv_tokens"]("llama-3.1-8b", 56 * GIB - 1) == 458_751
+
+
+def test_arithmetic_evaluates_names_units_and_computations():
+    arith = COMPUTATIONS["arithmetic"]
+    assert arith("2 * x + 1", x=3) == 7
+    assert arith("kv_bytes('llama-3-70b', 131072) / GiB") == 40.0  # 131,072 × 320 KiB
+    assert arith("kv_per_token(model='llama-3.1-8b', dtype=d) / KiB", d="fp8") == 64.0
+
+
+@pytest.mark.parametrize("expr", ["__import__('os').system('true')", "x.real", "[1, 2]", "y + 1",
+                                  "open('f')", "1 if 1 else 2", "1 / 0", "(("])
+def test_arithmetic_refuses_anything_else(expr):
+    with pytest.raises(ValueError):
+        COMPUTATIONS["arithmetic"](expr, x=1)
+
+
+def test_quoted_needs_a_place():
+    assert COMPUTATIONS["quoted"](32, "KvCacheConfig.tokens_per_block") == 32
+    with pytest.raises(ValueError, match="where"):
+        COMPUTATIONS["quoted"](32, " ")
+
+
+# --- one claim ------------------------------------------------------------------------------
+
+def _row(**fields) -> dict[str, str]:
+    base = dict(id="t1", claim="c", source="test", section="", quantity="", claimed="1", unit="x",
+                computation="ratio", inputs=json.dumps({"numerator": 1, "denominator": 1}), notes="")
+    base.update(fields)
+    return base
+
+
+def test_module_is_callable_and_keeps_its_names():
+    assert kvlib.recheck("a01").verdict == "holds"
+    assert kvlib.recheck.recheck("a01") == kvlib.recheck("a01")
+    assert callable(kvlib.recheck_all) and kvlib.VERDICTS == VERDICTS
+
+
+def test_unknown_id_raises_key_error():
+    with pytest.raises(KeyError, match="no claim"):
+        recheck.recheck("no-such-claim")
+
+
+def test_override_keeps_the_recomputed_value():
+    v = recheck.recheck(_row(claimed="22", computation="quoted",
+                             inputs=json.dumps({"value": 22, "where": "§6.2"}),
+                             verdict_override="misleading", override_reason="request rate, not throughput"))
+    assert (v.verdict, v.auto_verdict, v.recomputed) == ("misleading", "holds", 22.0)
+    assert v.reason == "request rate, not throughput"
+
+
+def test_per_gpu_factor_catches_a_total_stated_as_per_gpu():
+    # 2 GPUs each keeping 8.69 GiB: a claim of 17.38 "per GPU" is the total
+    v = recheck.recheck(_row(claimed="17.38", unit="GiB", computation="arithmetic",
+                             inputs=json.dumps({"expr": "8.69 * GiB"}), per_gpu_factor="2"))
+    assert v.verdict == "unit slip" and v.alternative == "as the total over 2 GPUs"
+
+
+def test_alt_inputs_rerun_the_computation():
+    v = recheck.recheck(_row(claimed="65", unit="%", computation="ratio",
+                             inputs=json.dumps({"numerator": 26e9, "denominator": 40 * GIB}),
+                             alt_inputs=json.dumps({"with 40 GB": {"denominator": 40e9}})))
+    assert v.verdict == "unit slip" and math.isclose(v.recomputed, 26e9 / (40 * GIB) * 100)
+
+
+def test_unverifiable_computation():
+    v = recheck.recheck(_row(computation="unverifiable", inputs="", override_reason="no source"))
+    assert v.verdict == "unverifiable" and math.isnan(v.recomputed) and v.reason == "no source"
+
+
+# --- every claim, bad rows included ---------------------------------------------------------
+
+BAD_ROWS = {
+    "b1": ("unknown computation", _row(id="b1", computation="no_such_thing")),
+    "b2": ("missing", _row(id="b2", computation="kv_per_token", inputs=json.dumps({"dtype": "bf16"}))),
+    "b3": ("not valid JSON", _row(id="b3", inputs="{numerator: 1")),
+    "b4": ("not a number", _row(id="b4", claimed="about one")),
+    "b5": ("not one of", _row(id="b5", verdict_override="dubious", override_reason="x")),
+    "b6": ("needs an override_reason", _row(id="b6", verdict_override="misleading")),
+    "b7": ("unknown model", _row(id="b7", computation="kv_per_token",
+                                 inputs=json.dumps({"model": "llama-9-9b"}))),
+    "b8": ("must be a JSON object", _row(id="b8", inputs="[1, 2]")),
+    "b9": ("zero", _row(id="b9", inputs=json.dumps({"numerator": 1, "denominator": 0}))),
+}
+
+
+@pytest.fixture()
+def claims_dir(tmp_path: Path) -> Path:
+    rows = [_row(id="g1", claimed="128", unit="KiB", computation="kv_per_token",
+                 inputs=json.dumps({"model": "llama-3.1-8b"}))]
+    rows += [r for _, r in BAD_ROWS.values()]
+    rows += [_row(id="dup"), _row(id="dup")]
+    pd.DataFrame(rows).to_csv(tmp_path / "mixed.csv", index=False)
+    (tmp_path / "broken.csv").write_text('id,claim\n"unterminated,x\n')
+    (tmp_path / "short.csv").write_text("id,claim\nz1,c\n")
+    return tmp_path
+
+
+def test_recheck_all_reports_bad_rows_without_raising(claims_dir):
+    out = recheck.recheck_all(directory=claims_dir).set_index("id")
+    assert out.loc["g1", "verdict"] == "holds"
+    for claim_id, (fragment, _) in BAD_ROWS.items():
+        assert out.loc[claim_id, "verdict"] == ERROR, claim_id
+        assert fragment in out.loc[claim_id, "reason"], (claim_id, out.loc[claim_id, "reason"])
+        assert out.loc[claim_id, "reason"].startswith(f"row {claim_id}:")
+    assert (out.loc["dup", "verdict"] == ERROR).all()
+    assert "more than one row" in out.loc["dup", "reason"].iloc[0]
+    assert "lacks column" in out.loc["short.csv", "reason"]
+    assert out.loc["broken.csv", "verdict"] == ERROR
+
+
+def test_load_claims_strict_raises_on_the_same_folder(claims_dir):
+    with pytest.raises(ValueError):
+        recheck.load_claims(claims_dir)
+    assert len(recheck.load_claims(claims_dir, strict=False)) == 1 + len(BAD_ROWS) + 2
+
+
+def test_recheck_all_accepts_a_frame():
+    frame = pd.DataFrame([_row(id="f1"), _row(id="f2", claimed="3")]).set_index("id")
+    out = recheck.recheck_all(frame)
+    assert out["verdict"].tolist() == ["holds", "wrong"]
+
+
+def test_a_reader_can_add_a_row_and_rerun(tmp_path):
+    (tmp_path / "mine.csv").write_text(
+        HEADER + "\nr1,my claim,me,,,7.31,USD/1M tokens,usd_per_million_tokens,"
+        '"{""usd_per_hour"": 2.5, ""tokens_per_s"": 95}",\n')
+    out = recheck.recheck_all(directory=tmp_path)
+    assert out.loc[0, "verdict"] == "holds" and math.isclose(out.loc[0, "recomputed"], 7.30994, rel_tol=1e-5)
+
+
+# --- the book's own claims -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def results() -> pd.DataFrame:
+    return recheck.recheck_all()
+
+
+def test_book_claims_have_the_promised_columns(results):
+    for column in ("claim", "source", "claimed", "recomputed", "verdict", "reason"):
+        assert column in results.columns
+    assert results["claimed"].dtype == float and results["recomputed"].dtype == float
+
+
+def test_every_book_claim_evaluates(results):
+    errors = results[results["verdict"] == ERROR]
+    assert errors.empty, errors[["id", "reason"]].to_string()
+    assert set(results["verdict"]) <= set(VERDICTS)
+    assert results["id"].is_unique
+    assert (results["reason"].str.len() > 0).all()
+    assert not results["reason"].str.contains("\n").any(), "reasons are one line"
+
+
+def test_claims_files_follow_the_id_prefixes(results):
+    by_file = results.groupby("file")["id"].apply(list)
+    assert all(i.startswith("e") for i in by_file["article_misc.csv"])
+    assert all(i.startswith("x") for i in by_file["external.csv"])
+    assert len(by_file["external.csv"]) >= 15
+
+
+def test_every_cite_key_is_in_the_bibliography(results):
+    bib = set(re.findall(r"@\w+\{([^,\s]+),", (ROOT / "book" / "references.bib").read_text()))
+    assert set(results.loc[results["cite"] != "", "cite"]) <= bib
+
+
+def test_every_external_claim_names_its_url(results):
+    external = results[results["file"] == "external.csv"]
+    assert external["source_url"].str.startswith("http").all()
+
+
+def test_hand_worked_book_claims(results):
+    v = results.set_index("id")["verdict"]
+    # x08: 2 × 5120 × 40 × 2 = 819,200 B per token = 800 KiB, written "800 KB"
+    assert v["x08"] == "unit slip"
+    # e02: 13e9 × 2 B = 26e9 B of a 40 GiB (42.9e9 B) A100 is 60.5 %, not 65 %: 26/40 mixes units
+    assert v["e02"] == "unit slip"
+    # x45: per GPU 23.08 − 13.9476 − 0.25 − 0.19 = 8.69 GiB; two GPUs 17.38, not 31.77
+    assert v["x45"] == "unit slip"
+    # x39: (24 GB − 14 GB) / (2,000 × 524,288 B) = 9.5 sessions of Llama-2-7B, not "3 to 4"
+    assert v["x39"] == "wrong"
+    # e29: 2.50 / (95 × 3600) × 1e6 = 7.31 $/M, not 0.73
+    assert v["e29"] == "wrong"
