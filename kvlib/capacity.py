@@ -508,12 +508,12 @@ def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
 
     Columns: weights (computed vs logged, GiB), available KV memory (predicted with the logged
     weights where the log has them, vs logged, GiB), KV tokens (predicted vs logged) and the
-    relative errors; ``use`` is the row's calibration role (fit / validate / weights).
+    relative errors; ``use`` is the row's calibration role (fit / validate / weights / history).
     """
     logs = engine_logs()
     rows = []
     for log_id, row in logs.iterrows():
-        if row["calibration"] not in ("fit", "validate", "weights"):
+        if row["calibration"] not in ("fit", "validate", "weights", "history"):
             continue
         computed = log_pool(log_id, overheads, use_logged_weights=False)
         pool = log_pool(log_id, overheads, use_logged_weights=True)

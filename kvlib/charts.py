@@ -154,10 +154,9 @@ def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str
     base = alt.Chart(df).encode(**enc)
     layers = [base.mark_line()]
     if dashed:
-        layers.append(base.mark_point(size=36, filled=True).encode(
+        layers.append(base.mark_point(size=40, filled=False, fillOpacity=1, strokeWidth=1.6).encode(
             fill=alt.condition(f"datum.{dashed}", alt.value("white"),
-                               alt.Color(f"{series}:N", legend=None)),
-            shape=alt.Shape(f"{dashed}:N", title=dashed.replace("_", " "))))
+                               alt.Color(f"{series}:N", legend=None))))
     else:
         layers.append(base.mark_point(size=30, filled=True))
     if marks is not None and len(marks):
@@ -193,7 +192,8 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
     ).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
         y=alt.Y("dollars_per_million:Q", title=y_title, scale=y_scale),
-        color=alt.Color(f"{series}:N", title=series.replace("_", " ")),
+        color=alt.Color(f"{series}:N", title=series.replace("_", " "),
+                        sort=list(dict.fromkeys(df[series])), legend=alt.Legend(orient="top")),
         tooltip=[select, series, alt.Tooltip(f"{x}:Q", format=","),
                  alt.Tooltip(f"{rate}:Q", format=",.0f"),
                  alt.Tooltip("dollars_per_million:Q", format="$,.3f")])
@@ -222,3 +222,141 @@ def table(df: pd.DataFrame, formats: dict[str, Any] | None = None,
           hide_index: bool = True) -> Table:
     """A formatted HTML table whose element ids are a hash of its content."""
     return Table(df, formats, hide_index)
+
+
+def _vega_string(text: str) -> str:
+    """A Python string as a single-quoted Vega expression literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+#: The Vega expression the answer chart prices a token with: kvlib.cost.cost_per_million_tokens
+#: of (price per GPU-hour × GPUs) and the group's tokens/s (tests/test_answer.py checks it).
+ANSWER_COST_EXPR = "price * datum.n_gpus * 1000000 / (datum.tokens_per_s * 3600)"
+
+
+def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
+                    default_context: int, default_price: float, price_max: float = 15.0,
+                    width: int = 640) -> alt.VConcatChart:
+    """The landing page's answer: pick a model, a GPU, a context and a price; read the GPUs,
+    concurrent requests, decode tokens/s and $/1M tokens, and how each moves with context.
+
+    ``grid``: ``kvlib.answer.answer_grid`` output. Everything is precomputed except the
+    price, applied in the browser (``ANSWER_COST_EXPR``); the widgets are Vega-Lite params
+    named ``model``, ``gpu``, ``context`` and ``price``. ``width``: the whole chart's width in
+    pixels, axes included (the book's text column is about 670). Raises ValueError when a
+    default is not in the grid.
+    """
+    for column, value in (("model", default_model), ("gpu", default_gpu),
+                          ("context_tokens", default_context)):
+        if value not in set(grid[column]):
+            raise ValueError(f"default {column} {value!r} is not in the grid")
+    # Per-row numbers only (rounded for the page: 3 significant decimals are plenty); names,
+    # formats and prices are looked up from one small table per model and per GPU.
+    data = grid[["model", "gpu", "context_tokens", "n_gpus", "max_concurrency", "batch",
+                 "tokens_per_s", "bound"]].copy()
+    data["max_concurrency"] = data["max_concurrency"].round(3)
+    data["tokens_per_s"] = data["tokens_per_s"].round(2)
+    model_info = grid.drop_duplicates("model")[["model", "model_name", "weight_format", "kv_dtype"]]
+    gpu_info = grid.drop_duplicates("gpu")[["gpu", "gpu_name", "price_low", "price_median",
+                                            "price_high"]]
+    models = list(model_info["model"])
+    names = dict(zip(model_info["model"], model_info["model_name"]))
+    gpus = list(gpu_info["gpu"])
+    gpu_names = dict(zip(gpu_info["gpu"], gpu_info["gpu_name"]))
+    contexts = sorted(set(int(c) for c in grid["context_tokens"]))
+    ctx_label = {c: (f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}") for c in contexts}
+
+    model = alt.param(name="model", value=default_model, bind=alt.binding_select(
+        options=models, labels=[names[m] for m in models], name="model "))
+    gpu = alt.param(name="gpu", value=default_gpu, bind=alt.binding_select(
+        options=gpus, labels=[gpu_names[g] for g in gpus], name="GPU "))
+    context = alt.param(name="context", value=int(default_context), bind=alt.binding_select(
+        options=contexts, labels=[f"{ctx_label[c]} ({c:,})" for c in contexts],
+        name="tokens per request "))
+    price = alt.param(name="price", value=float(default_price), bind=alt.binding_range(
+        min=0.25, max=price_max, step=0.05, name="price per GPU-hour ($) "))
+
+    base = (alt.Chart(data)
+            .transform_filter("datum.model == model && datum.gpu == gpu")
+            .transform_lookup(lookup="model", from_=alt.LookupData(
+                model_info, key="model", fields=["model_name", "weight_format", "kv_dtype"]))
+            .transform_lookup(lookup="gpu", from_=alt.LookupData(
+                gpu_info, key="gpu", fields=["gpu_name", "price_low", "price_median", "price_high"]))
+            .transform_calculate(fits="datum.n_gpus > 0")
+            .transform_calculate(cost=f"datum.fits ? {ANSWER_COST_EXPR} : null"))
+
+    spacing, axis_w = 18, 62  # pixels between panels; a y axis with its title
+    # -- the card: four figures for the chosen context -----------------------------------
+    tiles = [("v_gpus", "GPUs"), ("v_requests", "concurrent requests"),
+             ("v_tps", "decode tokens/s"), ("v_cost", "$ per 1M tokens")]
+    card_base = base.transform_filter("datum.context_tokens == context").transform_calculate(
+        v_gpus="datum.fits ? '' + datum.n_gpus : '> 8'",
+        v_requests="datum.fits ? format(datum.max_concurrency, datum.max_concurrency < 100 ? ',.1f' : ',.0f') : '—'",
+        v_tps="datum.fits ? format(datum.tokens_per_s, ',.0f') : '—'",
+        v_cost="datum.fits ? '$' + format(datum.cost, datum.cost < 10 ? ',.2f' : ',.1f') : '—'",
+    ).transform_fold([k for k, _ in tiles], as_=["tile", "value"]).transform_calculate(
+        label=" : ".join(f"datum.tile == {_vega_string(k)} ? {_vega_string(v)}" for k, v in tiles)
+        + " : ''")
+    x_tile = alt.X("tile:N", sort=[k for k, _ in tiles], axis=None)
+    values = card_base.mark_text(fontSize=30, fontWeight="bold", color=PALETTE[0],
+                                 baseline="bottom").encode(x=x_tile, y=alt.value(40), text="value:N")
+    labels = card_base.mark_text(fontSize=13, color="#444", baseline="top").encode(
+        x=x_tile, y=alt.value(46), text="label:N")
+    setup_expr = (
+        "datum.fits ? datum.model_name + ' on ' + datum.n_gpus + ' × ' + datum.gpu_name"
+        " + ' · weights ' + datum.weight_format + ', KV cache ' + datum.kv_dtype"
+        " : datum.model_name + ' does not fit one request of ' + format(datum.context_tokens, ',')"
+        " + ' tokens on up to 8 × ' + datum.gpu_name")
+    batch_expr = (
+        "datum.fits ? datum.batch + ' requests decoded together, each at '"
+        " + format(datum.context_tokens, ',') + ' tokens (' + datum.bound + '-bound)' : ''")
+    price_expr = (
+        "isValid(datum.price_median) ? 'Offers in data/prices.csv: $'"
+        " + format(datum.price_low, '.2f') + '–$' + format(datum.price_high, '.2f')"
+        " + ' per GPU-hour' + (datum.fits ? '; at their median ($' + format(datum.price_median, '.2f')"
+        " + ') a token costs $' + format(" + ANSWER_COST_EXPR.replace("price", "datum.price_median")
+        + ", ',.2f') + ' per 1M' : '')"
+        " : 'No offer for this GPU in data/prices.csv: set your own price'")
+    detail = card_base.transform_filter(f"datum.tile == {_vega_string(tiles[0][0])}")
+    lines_ = [detail.transform_calculate(t=expr).mark_text(
+        fontSize=12, color=colour, align="left").encode(x=alt.value(0), y=alt.value(y), text="t:N")
+        for expr, colour, y in ((setup_expr, "#333", 86), (batch_expr, "#333", 103),
+                                (price_expr, "#666", 120))]
+    # vconcat lines the card up with the panels' plot areas, right of their y axis
+    card = alt.layer(values, labels, *lines_).properties(width=width - axis_w - 10, height=128)
+
+    # -- three small panels: the same figures against context ----------------------------
+    label_expr = " : ".join(f"datum.value == {c} ? {_vega_string(ctx_label[c])}"
+                            for c in contexts) + " : datum.value"
+    x = alt.X("context_tokens:O", title="tokens per request",
+              axis=alt.Axis(labelAngle=0, labelExpr=label_expr))
+    chosen = "datum.context_tokens == context"
+    tooltip = [alt.Tooltip("context_tokens:Q", title="tokens per request", format=","),
+               alt.Tooltip("n_gpus:Q", title="GPUs"),
+               alt.Tooltip("max_concurrency:Q", title="concurrent requests", format=",.1f"),
+               alt.Tooltip("tokens_per_s:Q", title="decode tokens/s", format=",.0f"),
+               alt.Tooltip("cost:Q", title="$ per 1M tokens", format=",.2f")]
+    panel_w = (width - 2 * spacing - 3 * axis_w) // 3
+
+    def panel(field: str, title: str) -> alt.LayerChart:
+        fitted = base.transform_filter("datum.fits").encode(
+            x=x, y=alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log"),
+                         axis=alt.Axis(format=",~g", tickCount=4, gridOpacity=0.6)),
+            tooltip=tooltip)
+        line = fitted.mark_line(color=PALETTE[0], strokeWidth=1.6)
+        dots = fitted.mark_point(filled=True, opacity=1).encode(
+            size=alt.condition(chosen, alt.value(130), alt.value(36)),
+            color=alt.condition(chosen, alt.value(PALETTE[1]), alt.value(PALETTE[0])))
+        layers = [line, dots]
+        if field == "max_concurrency":  # name the GPU count where it starts and changes
+            layers.append(fitted.transform_window(
+                prev_gpus="lag(n_gpus)", sort=[alt.SortField("context_tokens")]
+            ).transform_filter("datum.prev_gpus != datum.n_gpus").transform_calculate(
+                gpus_label="datum.n_gpus + (datum.n_gpus > 1 ? ' GPUs' : ' GPU')").mark_text(
+                align="left", dx=5, dy=-9, fontSize=10, color="#555").encode(text="gpus_label:N"))
+        return alt.layer(*layers).properties(width=panel_w, height=140)
+
+    panels = alt.hconcat(panel("max_concurrency", "concurrent requests"),
+                         panel("tokens_per_s", "decode tokens/s"),
+                         panel("cost", "$ per 1M tokens"), spacing=spacing)
+    return alt.vconcat(card, panels, spacing=16).add_params(model, gpu, context, price)

@@ -84,14 +84,19 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
             "gpu_memory_utilization": args.util, "weight_dtype": args.weight_dtype,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
-            "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc}
-    text = _table([
+            "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
+            "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
+    rows = [
         ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} (utilization {args.util})"),
         ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = {pool.kv_bytes_per_gpu / GIB:,.2f} GiB"),
         ("kv tokens", f"{pool.tokens:,}"),
         (f"requests of {args.context:,} tokens", f"{conc:,.2f}"),
-    ])
-    return data, text
+    ]
+    if conc < 1:
+        rows.append(("does not fit", "weights and start-up overheads leave "
+                     f"{pool.available_kv_bytes / GIB:,.2f} GiB per GPU for the KV cache; "
+                     "try a larger --tp or smaller --weight-dtype"))
+    return data, _table(rows)
 
 
 def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:

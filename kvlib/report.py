@@ -120,3 +120,25 @@ def versus_chart(df: pd.DataFrame, x: str, y: str, color: str, x_title: str, y_t
     diagonal = alt.Chart(pd.DataFrame({x: [low, high], y: [low, high]})).mark_line(
         color="#888", strokeDash=[4, 4], strokeWidth=1).encode(x=f"{x}:Q", y=f"{y}:Q")
     return (diagonal + points).properties(width=520, height=380)
+
+
+def error_bars(df: pd.DataFrame, error: str, label: str, color: str, title: str,
+               limit: float = 50.0, tooltip: Sequence[str] = ()) -> alt.LayerChart:
+    """Horizontal bars of ``error`` (percent) per ``label``, sorted, on an axis clipped to
+    ±``limit``; a bar past the limit is drawn to the edge with its true value written beside it,
+    so one outlier does not flatten the rest. Raises KeyError for a missing column."""
+    missing = [c for c in (error, label, color, *tooltip) if c not in df.columns]
+    if missing:
+        raise KeyError(f"columns not in the frame: {missing}")
+    data = df.assign(_shown=df[error].clip(-limit, limit),
+                     _note=[f"{v:+.0f} %" if abs(v) > limit else "" for v in df[error]])
+    base = alt.Chart(data).encode(y=alt.Y(f"{label}:N", sort=alt.EncodingSortField(error, order="descending"),
+                                          title=None))
+    bars = base.mark_bar().encode(
+        x=alt.X("_shown:Q", title=title, scale=alt.Scale(domain=[-limit, limit])),
+        color=alt.Color(f"{color}:N", title=color.replace("_", " "),
+                        legend=alt.Legend(orient="bottom")),
+        tooltip=[label, alt.Tooltip(f"{error}:Q", format="+.1f"), *tooltip])
+    notes = base.mark_text(align="right", dx=-4, color="white", fontWeight="bold").encode(
+        x=alt.X("_shown:Q"), text="_note:N")
+    return (bars + notes).properties(height=alt.Step(16))

@@ -297,15 +297,19 @@ def test_every_external_claim_names_its_url(results):
     assert external["source_url"].str.startswith("http").all()
 
 
+def v_recomputed(results, claim_id):
+    return float(results.set_index("id").loc[claim_id, "recomputed"])
+
+
 def test_hand_worked_book_claims(results):
     v = results.set_index("id")["verdict"]
     # x08: 2 × 5120 × 40 × 2 = 819,200 B per token = 800 KiB, written "800 KB"
     assert v["x08"] == "unit slip"
-    # e02: 13e9 × 2 B = 26e9 B of a 40 GiB (42.9e9 B) A100 is 60.5 %, not 65 %: 26/40 mixes units
-    assert v["e02"] == "unit slip"
+    # x07: 13e9 × 2 B = 26e9 B of a 40 GiB (42.9e9 B) A100 is 60.5 %, not 65 %: 26/40 mixes units
+    assert v["x07"] == "unit slip"
     # x45: per GPU 23.08 − 13.9476 − 0.25 − 0.19 = 8.69 GiB; two GPUs 17.38, not 31.77
     assert v["x45"] == "unit slip"
     # x39: (24 GB − 14 GB) / (2,000 × 524,288 B) = 9.5 sessions of Llama-2-7B, not "3 to 4"
     assert v["x39"] == "wrong"
-    # e29: 2.50 / (95 × 3600) × 1e6 = 7.31 $/M, not 0.73
-    assert v["e29"] == "wrong"
+    # e06: gpt-oss-20b all-FP8 853.0 vs sliding layers kept bf16 871.8 tok/s: −2.2 %, not "0 %"
+    assert v["e06"] == "misleading" and round(v_recomputed(results, "e06"), 1) == -2.2

@@ -91,3 +91,13 @@ def test_table_sorts_and_filters_in_a_browser(tmp_path):
         assert first_column() == ["d"]
         browser.close()
     assert not errors
+
+
+def test_error_bars_clip_and_label_outliers():
+    df = pd.DataFrame({"row": ["a", "b"], "err": [5.0, 320.0], "kind": ["x", "y"]})
+    spec = report.error_bars(df, "err", "row", "kind", "error (%)", limit=50).to_dict()
+    data = list(spec["datasets"].values())[0]
+    assert [r["_shown"] for r in data] == [5.0, 50.0]
+    assert [r["_note"] for r in data] == ["", "+320 %"]
+    with pytest.raises(KeyError):
+        report.error_bars(df, "nope", "row", "kind", "t")

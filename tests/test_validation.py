@@ -44,11 +44,13 @@ def test_layout_tokens_by_hand():
     assert validation._layout_tokens("qwen3-235b-a22b", 48_128 * 1000, 4, "bf16", 1) == 1000
 
 
-def test_dense_models_within_three_percent_except_2023_tp4(memory):
+def test_dense_models_median_within_three_percent(memory):
     dense = memory[(memory["check"] == "full") & memory["dense"]]
-    off = dense[dense["error"].abs() > 0.03]
-    assert set(off["id"]) <= {"el30", "vl02"}, off[["id", "error"]]
+    assert len(dense) >= 8
     assert dense["error"].abs().median() <= 0.03
+    # the 2023 TP-4 pair brackets the prediction: the fixed profiler allocated less, the old more
+    err = dense.set_index("id")["error"]
+    assert err["el30"] > 0 > err["vl02"]
 
 
 def test_is_dense():

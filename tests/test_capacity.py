@@ -1,0 +1,170 @@
+"""The KV pool, term by term: worked examples, vLLM's grouping rules, properties, calibration."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvlib
+from kvlib import capacity
+from kvlib.capacity import NO_OVERHEADS, VLLM, cache_groups, kv_pool
+from kvlib.units import GIB, KIB, MIB
+
+
+def test_article_example_every_term_budget_minus_weights():
+    # H100: CUDA total 79.22 GiB = 85,061,827,297 B (vLLM log); × 0.9 = 76,555,644,567
+    # weights 8,030,261,248 × 2 = 16,060,522,496 → available 60,495,122,071
+    # one block: 16 tokens × 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 2 MiB
+    # 60,495,122,071 // 2,097,152 = 28,846 blocks × 16 = 461,536 tokens
+    p = kv_pool("llama-3.1-8b", "h100-sxm", overheads=NO_OVERHEADS)
+    assert p.total_memory_bytes == 85_061_827_297
+    assert p.budget_bytes == 76_555_644_567
+    assert p.weights_bytes_per_gpu == 16_060_522_496
+    assert p.available_kv_bytes == 60_495_122_071
+    assert p.page_bytes * p.layers_per_group == 2 * MIB
+    assert p.num_blocks == 28_846 and p.tokens == 461_536
+    assert p.block_rounding_bytes == 60_495_122_071 - 28_846 * 2 * MIB
+    # 461,536 tokens ÷ 8,192 per request (512 blocks each)
+    assert p.max_concurrency(8192) == 28_846 / 512
+
+
+def test_article_example_with_vllm_overheads():
+    # sampler peak: 8.55 × 1,024 rows × 128,256 vocab × 4 B = 4,491,648,737 (sampled rows
+    # default to 1,024 on an H100); forward: 1.675 × 8,192 × (4,096 + 2 × 14,336) × 2 B, smaller
+    p = kv_pool("llama-3.1-8b", "h100-sxm")
+    assert p.max_num_seqs == 1024
+    assert p.activation_sampler_bytes == int(8.55 * 1024 * 128_256 * 4)
+    assert p.activation_forward_bytes == int(1.675 * 8192 * 32_768 * 2)
+    assert p.activation_peak_bytes == p.activation_sampler_bytes
+    assert p.non_torch_bytes == round(0.75 * GIB)
+    assert p.available_kv_bytes == (p.budget_bytes - p.weights_bytes_per_gpu
+                                    - p.activation_peak_bytes - p.non_torch_bytes)
+    assert p.tokens == p.num_blocks * 16 == 421_120
+    terms = p.terms()
+    assert terms["bytes"].iloc[-1] == p.kv_bytes_per_gpu
+
+
+def test_a100_gets_the_small_defaults():
+    g = kvlib.load_gpu("a100-80gb")
+    assert capacity.default_max_num_seqs(g) == 256
+    assert capacity.default_max_num_batched_tokens(g) == 2048
+    assert capacity.default_max_num_seqs(kvlib.load_gpu("h200")) == 1024
+
+
+def test_tensor_parallel_shards_weights_and_kv_heads():
+    one = kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=4, overheads=NO_OVERHEADS)
+    # per GPU per token: 320 KiB / 4; page = 16 × 80 KiB
+    assert one.page_bytes * one.layers_per_group == 16 * 80 * KIB
+    assert one.weights_bytes_per_gpu < 33.0 * GIB  # 131.4 GiB / 4
+
+
+def test_bf16_70b_does_not_fit_two_h100s_with_vllm_overheads():
+    p = kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
+    assert p.available_kv_bytes < 0 and p.tokens == 0 and p.max_concurrency(8192) == 0
+    assert kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, weight_dtype="fp8").tokens > 150_000
+
+
+def test_hybrid_attention_block_grows_to_hold_recurrent_state():
+    # Qwen3.5-27B with an fp8 KV cache: GDN state per layer = 61,440 B (bf16 conv) +
+    # 3,145,728 B (fp32 SSM) = 3,207,168 B; attention = 2 × 4 × 256 B per token per layer;
+    # 16 × ceil(3,207,168 / (16 × 2,048)) = 1,568 — as vLLM logs ("Setting attention block
+    # size to 1568 tokens", noonghunna/club-3090 issue #1047)
+    groups = cache_groups(kvlib.load_model("qwen3.5-27b"), kv_dtype="fp8")
+    full = next(g for g in groups if g.kind == "full")
+    assert full.block_size == 1568
+    assert len({g.page_bytes for g in groups}) == 1  # state page padded to the attention page
+
+
+def test_sliding_and_full_groups_gpt_oss():
+    # gpt-oss-20b: 12 sliding + 12 full layers, equal counts: 2 groups of 12 layers
+    p = kv_pool("gpt-oss-20b", "h100-sxm", weight_dtype={"experts": "mxfp4"})
+    assert (p.layers_per_group, p.n_groups) == (12, 2)
+    assert p.tokens == p.num_blocks // 2 * 16
+    sliding = next(g for g in p.groups if g.kind == "sliding")
+    # window 128: min(127 + 8,192, L) tokens → ceil(/16) + 1 pages
+    assert sliding.pages_per_request(131_072, 8192) == math.ceil(8319 / 16) + 1
+    assert p.blocks_per_request(131_072) == 8192 + math.ceil(8319 / 16) + 1
+
+
+def test_mla_cache_is_replicated_across_tp():
+    one = kv_pool("deepseek-v3", "h200", n_gpus=8, weight_dtype="fp8", overheads=NO_OVERHEADS)
+    assert one.page_bytes == 16 * 576 * 2  # one latent per layer on every GPU
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.5, 0.99), st.floats(0.5, 0.99))
+def test_tokens_fall_as_utilization_falls(u1, u2):
+    lo, hi = sorted((u1, u2))
+    assert (kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=lo).tokens
+            <= kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=hi).tokens)
+
+
+@pytest.mark.parametrize("slug", ["llama-3.1-8b", "qwen3-8b", "mistral-7b-v0.1"])
+def test_tokens_fall_as_weights_grow(slug):
+    tokens = [kv_pool(slug, "h100-sxm", weight_dtype=w).tokens for w in ("int4", "fp8", "bf16")]
+    assert tokens[0] > tokens[1] > tokens[2]
+
+
+def test_tokens_fall_as_tp_shrinks():
+    tokens = [kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=n).tokens for n in (8, 4, 2)]
+    assert tokens[0] > tokens[1] > tokens[2]
+
+
+def test_fp8_kv_doubles_attention_tokens():
+    bf16 = kv_pool("llama-3.1-8b", "h100-sxm")
+    fp8 = kv_pool("llama-3.1-8b", "h100-sxm", kv_dtype="fp8")
+    assert fp8.num_blocks in (2 * bf16.num_blocks, 2 * bf16.num_blocks + 1)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=0)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=1.2)
+    with pytest.raises(ValueError, match="n_gpus"):
+        kv_pool("llama-3.1-8b", "h100-sxm", n_gpus=0)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        kv_pool("llama-3.1-8b", "h100-sxm", max_num_batched_tokens=-1)
+    with pytest.raises(ValueError, match="context_tokens"):
+        kv_pool("llama-3.1-8b", "h100-sxm").max_concurrency(0)
+    with pytest.raises(KeyError, match="unknown GPU"):
+        kv_pool("llama-3.1-8b", "h100")
+    with pytest.raises(KeyError, match="unknown model"):
+        kv_pool("llama-9", "h100-sxm")
+    with pytest.raises(ValueError, match="dtype"):
+        kv_pool("llama-3.1-8b", "h100-sxm", kv_dtype="fp7")
+    with pytest.raises(ValueError, match="Overheads"):
+        dataclasses.replace(VLLM, sampler_copies=-1)
+
+
+def test_calibration_constants_are_the_fit():
+    assert capacity.fit_forward_factor() == pytest.approx(VLLM.forward_factor, abs=1e-3)
+    refit = capacity.fit_overheads()
+    assert refit.sampler_copies == pytest.approx(VLLM.sampler_copies, abs=0.05)
+    assert refit.non_torch_bytes == pytest.approx(VLLM.non_torch_bytes, abs=0.01 * GIB)
+    assert refit.non_torch_tp_bytes == pytest.approx(VLLM.non_torch_tp_bytes, abs=0.01 * GIB)
+
+
+def test_calibration_table_errors():
+    cal = capacity.calibration()
+    assert {"fit", "validate", "weights", "history"} <= set(cal["use"])
+    fit = cal[cal["use"] == "fit"]
+    assert fit["available_error_gib"].abs().max() < 1.3
+    # weights from the config match dense bf16 logs to 0.3 %
+    dense = cal[cal["model"].isin(["llama-3-8b", "llama-3.1-8b"])]
+    assert dense["weights_error"].abs().max() < 0.003
+    # KV tokens: Qwen3-235B-FP8 on 4×H100 within 5 %, Llama-2-7B (2023) within 3 %
+    assert abs(cal.loc["el09", "tokens_error"]) < 0.05
+    assert abs(cal.loc["el29", "tokens_error"]) < 0.03
+    scored = cal[cal["use"].isin(["fit", "validate"])]["tokens_error"].dropna().abs()
+    assert scored.median() < 0.10
+
+
+def test_log_pool_rejects_unpredictable_logs():
+    with pytest.raises(ValueError, match="registry"):
+        capacity.log_pool("el03")
+    with pytest.raises(KeyError):
+        capacity.log_pool("el99")

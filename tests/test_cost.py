@@ -1,0 +1,56 @@
+"""$/1M tokens: the article's arithmetic, the inverse, and bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import kvlib
+from kvlib.cost import cost_change, dollars_per_hour_for_cost, serving_grid
+
+
+@pytest.mark.parametrize("rate, expected", [(100, 8.06), (1000, 0.81), (3000, 0.27)])
+def test_article_examples_at_290_per_hour(rate, expected):
+    # 2.90 / (rate × 3600) × 10⁶: 8.0556, 0.8056, 0.2685
+    assert round(kvlib.cost_per_million_tokens(2.90, rate), 2) == expected
+
+
+def test_blog_figure_is_off_by_ten():
+    # 2.50 / (95 × 3600) × 10⁶ = 7.3099; $0.73/M needs 950 tok/s
+    assert round(kvlib.cost_per_million_tokens(2.50, 95), 2) == 7.31
+    assert round(kvlib.tokens_per_second_for_cost(2.50, 0.731), -1) == 950
+
+
+def test_tuning_example_cost_change():
+    # 1,564.304 → 2,474.2581 tok/s: +58.17 % throughput, −36.78 % cost per token
+    assert math.isclose(cost_change(1564.304, 2474.2581), -0.3678, abs_tol=1e-4)
+
+
+@given(st.floats(0.01, 1000), st.floats(0.1, 1e6))
+def test_inverse_round_trips(price, rate):
+    cost = kvlib.cost_per_million_tokens(price, rate)
+    assert math.isclose(kvlib.tokens_per_second_for_cost(price, cost), rate, rel_tol=1e-9)
+    assert math.isclose(dollars_per_hour_for_cost(rate, cost), price, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True, "3"])
+def test_bad_inputs_name_the_argument(bad):
+    with pytest.raises(ValueError, match="dollars_per_hour"):
+        kvlib.cost_per_million_tokens(bad, 100)
+    with pytest.raises(ValueError, match="tokens_per_second"):
+        kvlib.cost_per_million_tokens(2.9, bad)
+    with pytest.raises(ValueError, match="dollars_per_million"):
+        kvlib.tokens_per_second_for_cost(2.9, bad)
+
+
+def test_serving_grid_costs_fall_with_batch_and_stop_at_the_pool():
+    grid = serving_grid("llama-3.1-8b", ["h100-sxm", "a10g"], [1, 8, 64, 256], 8192,
+                        dollars_per_gpu_hour={"h100-sxm": 2.9})
+    assert "a10g" in grid.attrs["skipped"]  # no sourced FLOP/s for the AWS-only part
+    h100 = grid[grid["gpu"] == "h100-sxm"].set_index("batch")
+    assert h100["dollars_per_million"].is_monotonic_decreasing
+    assert h100.loc[1, "fits"] and not h100.loc[256, "fits"]  # pool holds ~51 requests of 8K
+    assert math.isclose(h100.loc[1, "dollars_per_million"],
+                        kvlib.cost_per_million_tokens(2.9, h100.loc[1, "tokens_per_s"]))

@@ -1,0 +1,98 @@
+"""GPUs and prices from data/: known datasheet figures, runtime totals, lookups and errors."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import kvlib
+from kvlib.hardware import GPU, compute_dtype_for, gpu_table, price_per_gpu_hour
+from kvlib.units import GIB, MIB
+
+REQUIRED = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "l4",
+            "a10g", "rtx-4090", "mi300x"]
+
+
+def test_required_slugs_present_with_a_source_per_row():
+    table = gpu_table()
+    assert set(REQUIRED) <= set(table.index)
+    for slug, row in table.iterrows():
+        assert row["source_url"].startswith("http"), slug
+        assert row["accessed"], slug
+        if row["memory_bytes_runtime"]:
+            assert "http" in row["memory_runtime_source"], slug
+        if row["memory_bytes_nvml"]:
+            assert "http" in row["memory_nvml_source"], slug
+
+
+def test_h100_sxm_datasheet_and_runtime():
+    g = kvlib.load_gpu("h100-sxm")
+    assert g.memory_bytes_stated == 80 * GIB
+    # vLLM logs total_gpu_memory 79.22 GiB; nvidia-smi 81,559 MiB
+    assert math.isclose(g.memory_bytes_runtime / GIB, 79.22, abs_tol=1e-6)
+    assert g.memory_bytes_nvml == 81_559 * MIB
+    assert g.usable_memory_bytes == g.memory_bytes_runtime
+    assert g.usable_memory_source == "cuda runtime"
+    assert g.hbm_bytes_per_s == 3.35e12
+    # datasheet 1,979 / 3,958 TFLOPS with sparsity, halved
+    assert g.dense_flops("bf16") == 989.5e12 and g.dense_flops("fp8") == 1979e12
+
+
+def test_dense_not_sparse_figures():
+    # dense fp8 is twice dense bf16 on Hopper, Blackwell, Ada and CDNA3
+    for slug in ("h100-sxm", "h200", "b200", "l40s", "mi300x"):
+        g = kvlib.load_gpu(slug)
+        assert math.isclose(g.fp8_dense_flops / g.bf16_dense_flops, 2, rel_tol=0.02), slug
+    assert kvlib.load_gpu("a100-80gb").bf16_dense_flops == 312e12  # not the 624 sparse figure
+
+
+def test_usable_memory_falls_back_to_nvidia_smi_then_datasheet():
+    a100 = kvlib.load_gpu("a100-80gb")
+    assert a100.memory_bytes_runtime is None
+    assert a100.usable_memory_bytes == 81_920 * MIB and a100.usable_memory_source == "nvidia-smi"
+    mi = kvlib.load_gpu("mi300x")
+    assert mi.usable_memory_bytes == mi.memory_bytes_stated == 192 * GIB
+    assert mi.usable_memory_source == "datasheet"
+
+
+def test_unsourced_values_raise_clearly():
+    a10g = kvlib.load_gpu("a10g")
+    with pytest.raises(ValueError, match="a10g: no sourced dense bf16"):
+        a10g.dense_flops("bf16")
+    with pytest.raises(ValueError, match="a10g: no sourced memory bandwidth"):
+        a10g.bandwidth()
+    with pytest.raises(ValueError, match="fp8"):
+        kvlib.load_gpu("a100-40gb").dense_flops("fp8")  # Ampere has no FP8
+    with pytest.raises(ValueError, match="compute_dtype"):
+        kvlib.load_gpu("h100-sxm").dense_flops("int4")
+
+
+def test_unknown_gpu_names_close_matches():
+    with pytest.raises(KeyError, match="h100-sxm"):
+        kvlib.load_gpu("h100sxm")
+
+
+def test_gpu_validation():
+    with pytest.raises(ValueError, match="memory_bytes_stated"):
+        GPU(slug="x", name="x", memory_bytes_stated=0)
+    with pytest.raises(ValueError, match="hbm_bytes_per_s"):
+        GPU(slug="x", name="x", memory_bytes_stated=GIB, hbm_bytes_per_s=-1.0)
+
+
+def test_compute_dtype_for_weight_formats():
+    assert compute_dtype_for("fp8") == "fp8"
+    assert compute_dtype_for("bf16") == compute_dtype_for("int4") == "bf16"
+
+
+def test_prices_are_dated_sourced_and_name_known_gpus():
+    prices = kvlib.load_prices()
+    assert (prices["dollars_per_gpu_hour"] > 0).all()
+    assert set(prices["gpu"]) <= set(kvlib.gpu_slugs())
+    assert {"on-demand", "spot", "committed-capacity-block"} <= set(prices["pricing"])
+    assert (prices["source_url"].str.len() > 0).all()  # the article row names the article
+    assert price_per_gpu_hour("h100-sxm", "(article assumption)") == 2.90
+
+
+def test_price_lookup_is_unambiguous():
+    with pytest.raises(KeyError, match="price rows match"):
+        price_per_gpu_hour("h100-sxm", "AWS")  # several AWS rows: name the offering
