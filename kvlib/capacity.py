@@ -150,19 +150,6 @@ def _state_bytes(layer: Any, tp: int, conv_dtype: str, ssm_dtype: str) -> int:
             + math.ceil(layer.ssm_elements(tp) * dtype_bits(ssm_dtype) / 8))
 
 
-def _ssm_dtype(model: Model, fallback: str) -> str:
-    cfg = model.config
-    for key in ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"):
-        value = cfg.get(key)
-        if value in ("float32", "fp32"):
-            return "fp32"
-        if value in ("bfloat16", "bf16"):
-            return "bf16"
-        if value in ("float16", "fp16"):
-            return "fp16"
-    return fallback
-
-
 def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str = "bf16",
                  block_size: int = DEFAULT_BLOCK_SIZE) -> list[CacheGroup]:
     """The cache groups of ``model`` on one GPU, one entry per layer kind, with vLLM's page
@@ -172,8 +159,8 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str = "bf16",
     dtype_bits(kv_dtype)
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive integer (tokens), got {block_size!r}")
-    state_dtype = model.dtype or "bf16"
-    ssm_dtype = _ssm_dtype(model, state_dtype)
+    state_dtype = model.dtype
+    ssm_dtype = model.ssm_dtype or model.dtype
     kinds: dict[tuple, int] = Counter()
     for layer in model.layers:
         if isinstance(layer, AttentionLayer):
@@ -182,6 +169,9 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str = "bf16",
         elif isinstance(layer, MLALayer):
             key = ("mla", _layer_token_bytes(layer, tp, kv_dtype), None)
         elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
+            if state_dtype is None or ssm_dtype is None:
+                raise ValueError(f"model {model.name!r} keeps recurrent state but its config "
+                                 "gives no torch_dtype")
             key = ("state", _state_bytes(layer, tp, state_dtype, ssm_dtype), None)
         else:
             continue

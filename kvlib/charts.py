@@ -16,7 +16,7 @@ import altair as alt
 import pandas as pd
 
 PALETTE = ["#1f5c99", "#e07b39", "#3a9a5b", "#b8403a", "#7d5ba6", "#8c6d31", "#d36fa8",
-           "#5f6b73", "#2aa7b8", "#b5b82a"]
+           "#5f6b73", "#2aa7b8", "#b5b82a", "#222222", "#9c9ede"]
 
 
 def _theme() -> alt.theme.ThemeConfig:
@@ -26,7 +26,10 @@ def _theme() -> alt.theme.ThemeConfig:
             "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
             "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal",
                      "gridColor": "#e6e6e6", "domainColor": "#888", "tickColor": "#888"},
-            "legend": {"labelFontSize": 12, "titleFontSize": 12, "orient": "right"},
+            # Legends below the plot, three entries a row: on the right, long series names
+            # (model names) pushed charts past the book's ~670-pixel text column.
+            "legend": {"labelFontSize": 12, "titleFontSize": 12, "orient": "bottom",
+                       "columns": 3, "labelLimit": 190},
             "range": {"category": PALETTE},
             "bar": {"color": PALETTE[0]},
             "line": {"strokeWidth": 2.2},
@@ -67,17 +70,28 @@ def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str
 
 
 def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
-          log_x: bool = False, log_y: bool = False) -> alt.Chart:
-    """One line per ``series`` with point tooltips; log scales on request."""
+          log_x: bool = False, log_y: bool = False, distinguish: bool = False) -> alt.Chart:
+    """One line per ``series`` with point tooltips; log scales on request. ``distinguish``
+    also gives each series its own dash pattern and marker shape, so coinciding lines stay
+    visible."""
     x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
     y_scale = alt.Scale(type="log") if log_y else alt.Undefined
+    title = series.replace("_", " ")
     base = alt.Chart(df).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
         y=alt.Y(f"{y}:Q", title=y_title, scale=y_scale),
-        color=alt.Color(f"{series}:N", title=series.replace("_", " ")),
+        color=alt.Color(f"{series}:N", title=title),
         tooltip=[series, alt.Tooltip(f"{x}:Q", format=","), alt.Tooltip(f"{y}:Q", format=",.2f")],
     )
-    return base.mark_line() + base.mark_point(size=30, filled=True)
+    if not distinguish:
+        return base.mark_line() + base.mark_point(size=30, filled=True)
+    line = base.mark_line().encode(color=alt.Color(f"{series}:N", legend=None),
+                                   strokeDash=alt.StrokeDash(f"{series}:N", legend=None))
+    points = base.mark_point(size=70, filled=False, strokeWidth=2).encode(
+        shape=alt.Shape(f"{series}:N", title=title))
+    # independent scales (same domain, same colours) let the points' colour and shape share one legend
+    return (line + points).resolve_scale(color="independent", shape="independent",
+                                         strokeDash="independent")
 
 
 def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_order: Sequence[str],
@@ -132,7 +146,10 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
         tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt)])
     text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
-    layered = alt.layer(rect, text, data=df).properties(width=alt.Step(40), height=alt.Step(22))
+    # cells narrow (to 24 px) until every panel fits the ~620-pixel plotting width of the book
+    panels = df[facet].nunique() if facet is not None else 1
+    step = int(max(24, min(40, 560 / (df[x].nunique() * panels))))
+    layered = alt.layer(rect, text, data=df).properties(width=alt.Step(step), height=alt.Step(22))
     return layered if facet is None else layered.facet(column=alt.Column(f"{facet}:N", title=None))
 
 
@@ -208,6 +225,15 @@ class Table:
                  hide_index: bool = True) -> None:
         digest = hashlib.sha1(pd.util.hash_pandas_object(df, index=True).values.tobytes())
         styler = df.style.format(formats or {}).set_uuid(digest.hexdigest()[:8])
+        # numbers line up on the right, headers above them (text columns stay left)
+        numeric = [i for i, c in enumerate(df.columns)
+                   if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
+        if numeric:
+            styler = styler.set_properties(subset=[df.columns[i] for i in numeric],
+                                           **{"text-align": "right"})
+            styler = styler.set_table_styles(
+                [{"selector": f"th.col_heading.col{i}", "props": [("text-align", "right")]}
+                 for i in numeric], overwrite=False)
         self.df = df
         self._styler = styler.hide(axis="index") if hide_index else styler
 
@@ -313,9 +339,9 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
     price_expr = (
         "isValid(datum.price_median) ? 'Offers in data/prices.csv: $'"
         " + format(datum.price_low, '.2f') + '–$' + format(datum.price_high, '.2f')"
-        " + ' per GPU-hour' + (datum.fits ? '; at their median ($' + format(datum.price_median, '.2f')"
-        " + ') a token costs $' + format(" + ANSWER_COST_EXPR.replace("price", "datum.price_median")
-        + ", ',.2f') + ' per 1M' : '')"
+        " + ' per GPU-hour' + (datum.fits ? '; at the median, $' + format(datum.price_median, '.2f')"
+        " + ': $' + format(" + ANSWER_COST_EXPR.replace("price", "datum.price_median")
+        + ", ',.2f') + ' per 1M tokens' : '')"
         " : 'No offer for this GPU in data/prices.csv: set your own price'")
     detail = card_base.transform_filter(f"datum.tile == {_vega_string(tiles[0][0])}")
     lines_ = [detail.transform_calculate(t=expr).mark_text(
@@ -329,7 +355,7 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
     label_expr = " : ".join(f"datum.value == {c} ? {_vega_string(ctx_label[c])}"
                             for c in contexts) + " : datum.value"
     x = alt.X("context_tokens:O", title="tokens per request",
-              axis=alt.Axis(labelAngle=0, labelExpr=label_expr))
+              axis=alt.Axis(labelAngle=0, labelExpr=label_expr, labelFontSize=10))
     chosen = "datum.context_tokens == context"
     tooltip = [alt.Tooltip("context_tokens:Q", title="tokens per request", format=","),
                alt.Tooltip("n_gpus:Q", title="GPUs"),

@@ -31,3 +31,28 @@ def test_heatmap_single_and_faceted():
     assert "layer" in single.to_dict()
     faceted = charts.heatmap(df, "bs", "p", "v", "block size", "penalty", "relative", facet="panel")
     assert faceted.to_dict()["facet"]["column"]["field"] == "panel"
+
+
+def test_lines_distinguish_gives_each_series_a_dash_and_a_shape():
+    df = pd.DataFrame({"tp": [1, 2, 1, 2], "kib": [320.0, 160.0, 320.0, 160.0],
+                       "model": ["a", "a", "b", "b"]})
+    plain = charts.lines(df, "tp", "kib", "model", "t", "KiB").to_dict()
+    assert all("strokeDash" not in lay["encoding"] and "shape" not in lay["encoding"]
+               for lay in plain["layer"])
+    line, point = charts.lines(df, "tp", "kib", "model", "t", "KiB", distinguish=True).to_dict()["layer"]
+    assert line["encoding"]["strokeDash"]["field"] == "model"
+    assert point["encoding"]["shape"]["field"] == "model"
+
+
+def test_table_right_aligns_numbers_only():
+    df = pd.DataFrame({"name": ["a", "b"], "bytes": [1024, 2048], "ok": [True, False]})
+    html = charts.table(df, {"bytes": "{:,}"})._repr_html_()
+    assert "th.col_heading.col1" in html and "th.col_heading.col0" not in html
+    assert "_row0_col1, " in html and "_row0_col0," not in html and "col2 {" not in html
+    assert html == charts.table(df, {"bytes": "{:,}"})._repr_html_()  # reproducible
+
+
+def test_theme_keeps_legends_inside_the_text_column():
+    config = charts._theme()["config"]
+    assert config["legend"]["orient"] == "bottom"
+    assert config["view"]["continuousWidth"] + 80 < 670  # plot + y axis fit the column
