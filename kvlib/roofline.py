@@ -186,6 +186,20 @@ def _overhead(model: Model, tp: int, eff: Efficiency) -> float:
     return eff.step_overhead_s + (2 * model.n_layers * eff.allreduce_s if tp > 1 else 0.0)
 
 
+def _step(kind: str, m: Model, g: GPU, batch: int, context_tokens: int, tp: int,
+          weight_bytes: float, kv_bytes: float, flops: float,
+          weight_dtype: str | Mapping[str, str], efficiency: Efficiency) -> Step:
+    """A Step from the bytes and FLOPs it moves, timed against ``efficiency`` × the peaks."""
+    if not isinstance(efficiency, Efficiency):
+        raise TypeError(f"efficiency must be an Efficiency, got {type(efficiency)!r}")
+    peak = g.dense_flops(_compute_dtype(weight_dtype))
+    return Step(kind=kind, batch=batch, context_tokens=context_tokens, n_gpus=tp,
+                weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=flops,
+                memory_time_s=(weight_bytes + kv_bytes) / (g.bandwidth() * efficiency.bandwidth),
+                compute_time_s=flops / (peak * efficiency.compute),
+                overhead_s=_overhead(m, tp, efficiency), efficiency=efficiency.name)
+
+
 def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_tokens: int,
                 n_gpus: int = 1, weight_dtype: str | Mapping[str, str] = "bf16",
                 kv_dtype: str = "bf16", efficiency: Efficiency = CALIBRATED) -> Step:
@@ -196,18 +210,11 @@ def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_token
     b = _check_int("batch", batch)
     ctx = _check_int("context_tokens", context_tokens, 0)
     tp = _check_int("n_gpus", n_gpus)
-    if not isinstance(efficiency, Efficiency):
-        raise TypeError(f"efficiency must be an Efficiency, got {type(efficiency)!r}")
     counts = params_for(m)
     w = step_weight_bytes(counts, weight_dtype, tp, b)
     kv = b * m.kv_bytes(ctx, kv_dtype, tp=tp) if ctx else 0
     flops = b * (2 * counts.matmul_active / tp + attention_flops_per_token(m, ctx, tp))
-    peak = g.dense_flops(_compute_dtype(weight_dtype))
-    return Step(kind="decode", batch=b, context_tokens=ctx, n_gpus=tp, weight_bytes=w,
-                kv_bytes=kv, flops=flops,
-                memory_time_s=(w + kv) / (g.bandwidth() * efficiency.bandwidth),
-                compute_time_s=flops / (peak * efficiency.compute),
-                overhead_s=_overhead(m, tp, efficiency), efficiency=efficiency.name)
+    return _step("decode", m, g, b, ctx, tp, w, kv, flops, weight_dtype, efficiency)
 
 
 def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,
@@ -227,12 +234,7 @@ def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_token
     attn = b * sum(attention_flops_per_token(m, ctx, tp) for ctx in _sample_contexts(t))
     attn *= t / len(_sample_contexts(t))
     flops = tokens * 2 * counts.matmul_active / tp + attn
-    peak = g.dense_flops(_compute_dtype(weight_dtype))
-    return Step(kind="prefill", batch=b, context_tokens=t, n_gpus=tp, weight_bytes=w,
-                kv_bytes=kv, flops=flops,
-                memory_time_s=(w + kv) / (g.bandwidth() * efficiency.bandwidth),
-                compute_time_s=flops / (peak * efficiency.compute),
-                overhead_s=_overhead(m, tp, efficiency), efficiency=efficiency.name)
+    return _step("prefill", m, g, b, t, tp, w, kv, flops, weight_dtype, efficiency)
 
 
 def _sample_contexts(t: int, n: int = 16) -> list[int]:
