@@ -1,8 +1,11 @@
-"""GPUs and their prices, from ``data/gpus.csv`` and ``data/prices.csv``.
+"""GPUs, their interconnects and their prices, from ``data/gpus.csv``, ``data/allreduce.csv`` and
+``data/prices.csv``.
 
 Memory is in bytes (binary: the vendor's "80GB" of HBM is 80 GiB), bandwidth in bytes/s and
 compute in FLOP/s (decimal, as datasheets give them), dense tensor-core rates (datasheets print
-2:4-sparse figures twice as large; ``gpus.csv`` halves them and says so per row).
+2:4-sparse figures twice as large; ``gpus.csv`` halves them and says so per row). GPU-to-GPU
+bandwidth is per direction; the latency of one all-reduce comes from published microbenchmarks
+(``allreduce_latency``), never from a fit.
 """
 from __future__ import annotations
 
@@ -31,7 +34,10 @@ class GPU:
     memory_bytes_nvml: the total nvidia-smi prints, None when unsourced;
     hbm_bytes_per_s: peak DRAM bandwidth (decimal bytes/s); bf16_dense_flops /
     fp8_dense_flops: peak dense tensor FLOP/s (None when unsupported or unsourced);
-    source: the datasheet URL; notes: caveats from the data row.
+    source: the datasheet URL; notes: caveats from the data row; vendor: "NVIDIA", "AMD";
+    interconnect: the GPU-to-GPU link kind; link_bytes_per_s: one GPU's GPU-to-GPU bandwidth in
+    one direction (decimal B/s, None when unsourced); peer_bytes_per_s: the part of it that
+    reaches one peer (equal to it behind a switch, one link of a full mesh otherwise).
     """
 
     slug: str
@@ -44,6 +50,10 @@ class GPU:
     fp8_dense_flops: float | None = None
     source: str = ""
     notes: str = ""
+    vendor: str = ""
+    interconnect: str = ""
+    link_bytes_per_s: float | None = None
+    peer_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.memory_bytes_stated, int) or self.memory_bytes_stated <= 0:
@@ -52,7 +62,8 @@ class GPU:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{self.slug}: {name} must be a positive integer or None")
-        for name in ("hbm_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops"):
+        for name in ("hbm_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops", "link_bytes_per_s",
+                     "peer_bytes_per_s"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{self.slug}: {name} must be positive or None, got {value!r}")
@@ -91,6 +102,16 @@ class GPU:
             raise ValueError(f"{self.slug}: no sourced dense {label} FLOP/s in data/gpus.csv "
                              f"({'unsupported' if label == 'fp8' else 'unsourced'})")
         return value
+
+    def group_link_bytes_per_s(self, n_gpus: int) -> float:
+        """Bandwidth (B/s, one direction) one GPU has towards the other ``n_gpus − 1`` of its
+        tensor-parallel group: the whole link behind a switch; on a full mesh (one link per
+        peer: MI300X, MI325X, MI355X) only the ``n_gpus − 1`` links that reach the group."""
+        if self.link_bytes_per_s is None or self.peer_bytes_per_s is None:
+            raise ValueError(f"{self.slug}: no sourced GPU-to-GPU bandwidth in data/gpus.csv")
+        if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 2:
+            raise ValueError(f"n_gpus must be an integer >= 2, got {n_gpus!r}")
+        return min(self.link_bytes_per_s, self.peer_bytes_per_s * (n_gpus - 1))
 
 
 def compute_dtype_for(weight_dtype: str) -> str:
@@ -137,7 +158,82 @@ def load_gpu(slug: str) -> GPU:
                hbm_bytes_per_s=_float_or_none(row["hbm_bytes_per_s"]),
                bf16_dense_flops=_float_or_none(row["bf16_dense_flops"]),
                fp8_dense_flops=_float_or_none(row["fp8_dense_flops"]),
-               source=row["source_url"], notes=row["notes"])
+               source=row["source_url"], notes=row["notes"], vendor=row["vendor"],
+               interconnect=row["interconnect"],
+               link_bytes_per_s=_float_or_none(row["interconnect_bytes_per_s_per_direction"]),
+               peer_bytes_per_s=_float_or_none(row["interconnect_peer_bytes_per_s_per_direction"]))
+
+
+#: Largest message (bytes) whose all-reduce time is read as latency: below it the published
+#: times stay within a few µs of their minimum on every GPU in ``data/allreduce.csv``.
+LATENCY_MESSAGE_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class AllReduceLatency:
+    """The fixed time of one all-reduce on a tensor-parallel group, from published rows.
+
+    seconds: the median over ``rows`` of the measured time (µs in the file); rows: the
+    ``data/allreduce.csv`` ids used; basis: which GPU and group size they were measured on, and
+    why (this GPU, a GPU with the same interconnect, or — for interconnects no row covers — every
+    row, a lower bound).
+    """
+
+    seconds: float
+    rows: tuple[str, ...]
+    basis: str
+
+
+def _engine_kernel(row: pd.Series) -> bool:
+    """Rows timing the all-reduce an engine runs in a captured decode step: graph-captured (or
+    not stated: the AMD pull-request tables) and shipped. Left out: eager launches and
+    nccl-tests (no graph), AMD QuickReduce (SGLang enables it only for messages above ~1 MB) and
+    the unmerged branch of vLLM PR #39080."""
+    return (row["cuda_graph"] != "no" and not row["library"].startswith("AMD quick")
+            and "not merged" not in row["engine_version"])
+
+
+@lru_cache(maxsize=None)
+def _allreduce_rows(path: Path, mtime: float) -> pd.DataFrame:
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows = rows[rows.apply(_engine_kernel, axis=1)]
+    rows = rows[rows["message_bytes"].astype(int) <= LATENCY_MESSAGE_BYTES]
+    return rows.assign(n_gpus=rows["n_gpus"].astype(int), latency_us=rows["latency_us"].astype(float))
+
+
+@lru_cache(maxsize=None)
+def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
+    """The latency of one decode-size all-reduce over ``n_gpus`` ``gpu``s (a slug).
+
+    The median time of the published engine all-reduce rows (``_engine_kernel``) with messages
+    up to ``LATENCY_MESSAGE_BYTES``, measured on this GPU — else on a GPU with the same
+    ``interconnect`` in ``data/gpus.csv`` (A100-40GB uses the A100-80GB rows, MI325X the MI300X
+    ones) — at the group size nearest ``n_gpus``. An interconnect no row covers (PCIe cards) gets
+    the median of every row, which a PCIe all-reduce can only exceed.
+    """
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 2:
+        raise ValueError(f"n_gpus must be an integer >= 2, got {n_gpus!r}")
+    g = load_gpu(gpu)
+    path = data_dir() / "allreduce.csv"
+    rows = _allreduce_rows(path, path.stat().st_mtime)
+    table = gpu_table()
+    same_link = [s for s in table.index if table.loc[s, "interconnect"] == g.interconnect]
+    own = rows[rows["gpu_slug"] == g.slug]
+    if not own.empty:
+        sel, where = own, f"measured on {g.name}"
+    elif not (kin := rows[rows["gpu_slug"].isin(same_link)]).empty:
+        names = sorted(set(kin["gpu"]))
+        sel, where = kin, f"measured on {', '.join(names)} (same interconnect: {g.interconnect})"
+    else:
+        median = float(rows["latency_us"].median()) * 1e-6
+        return AllReduceLatency(median, tuple(rows["id"]),
+                                f"no published all-reduce for {g.interconnect}: median of every "
+                                "row (NVLink and Infinity Fabric), a lower bound")
+    nearest = min(sorted(set(sel["n_gpus"])), key=lambda n: (abs(n - n_gpus), n))
+    sel = sel[sel["n_gpus"] == nearest]
+    return AllReduceLatency(float(sel["latency_us"].median()) * 1e-6, tuple(sel["id"]),
+                            f"{where}, {nearest} GPUs, messages up to "
+                            f"{LATENCY_MESSAGE_BYTES // 1024} KiB")
 
 
 def load_prices() -> pd.DataFrame:

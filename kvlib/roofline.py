@@ -1,94 +1,242 @@
-"""How fast a step is: a roofline of the bytes it reads and the FLOPs it does.
+"""How fast a step is: the bytes it reads, the FLOPs it does, and the fixed costs around them.
 
-A decode step of ``batch`` sequences at ``context_tokens`` each, on each of ``n_gpus``
-tensor-parallel GPUs:
+Every step — a decode step, a prefill, or the mixed step of a continuous-batching server —
+has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 
-* bytes = the weights read once per step (embedding lookups excluded; for MoE only the
-  experts a batch of that size touches, ``E·(1 − (1 − k/E)^B)`` per layer under uniform
-  routing) + every sequence's KV cache (windows capped, recurrent state included);
-* FLOPs = 2 × active matmul parameters per token × batch + attention
-  (2·heads·(d_k + d_v) per cached token per layer);
-* time = max(bytes ÷ (bandwidth × η_bw), FLOPs ÷ (peak × η_c)) + a fixed per-step overhead.
+    time = max(weights ÷ (β · η_w) + KV ÷ (β · η_kv), FLOPs ÷ (F · η_F))      the roofline
+         + engine step cost + Σ_blocks block cost                fixed costs (fitted)
+         + blocks × (α + message bytes ÷ link bandwidth)        all-reduces (tensor parallel)
 
-``DATASHEET`` is the pure roofline (η = 1, no overhead); ``CALIBRATED`` uses efficiency
-factors fitted to the measured throughputs in ``data/throughput.csv`` (``fit_efficiency``).
-Prefill has the same shape with ``batch × prompt_tokens`` tokens and a causal attention term.
+* bytes: the weights read once per step (embedding lookups excluded; for MoE only the experts
+  the step's tokens touch, ``E·(1 − (1 − k/E)^T)`` per layer under uniform routing) + every
+  decoding sequence's KV cache (windows capped, recurrent state included) + the prompt KV a
+  prefill writes;
+* FLOPs: 2 × active matmul parameters per token + attention (2·heads·(d_k + d_v) per cached
+  token per layer); each touched expert's token rows are padded to ``MOE_TILE_ROWS``, the
+  row block vLLM's fused-MoE kernels pad every expert's tokens to (``moe_align_block_size``), so a
+  small batch costs each touched expert a whole tile;
+* β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
+  the shares an engine achieves streaming weights, reading the paged KV cache (attention
+  kernels gather scattered blocks) and doing matmuls (fitted);
+* fixed costs: a per-step cost of the engine (scheduling, sampling; one per engine and
+  platform) and a per-block cost by block kind (kernel launches and small ops that do not grow
+  with bytes) — both fitted by :mod:`kvlib.calibrate`;
+* all-reduces: one after every block (attention or recurrent mixer, MLP or MoE) under tensor
+  parallelism — a hybrid stack counts the mixers it really has (``blocks``); the latency α
+  comes from published microbenchmarks (``hardware.allreduce_latency``) and the bytes term
+  from the datasheet link bandwidth (``allreduce_time_s``).
+
+``DATASHEET`` is the pure roofline (η = 1, no fixed costs, no all-reduces); ``CALIBRATED``
+holds the constants :func:`kvlib.calibrate.fit` finds on the train half of the measurements.
+``serving_steps`` turns steps into what a serving benchmark measures: other requests'
+prefill shares the decode steps (chunked prefill), so time per output token is not pure decode.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .capacity import _resolve_gpu, _resolve_model
-from .hardware import GPU, compute_dtype_for
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
+from .hardware import GPU, allreduce_latency, compute_dtype_for
+from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer, StatelessLayer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
-from .units import dtype_bits
+
+#: Engines with fitted step costs; on an AMD GPU the engine's ROCm build is its own entry.
+ENGINES = ("vllm", "sglang", "tensorrt-llm")
+#: Block kinds with a fitted fixed cost each.
+BLOCK_KINDS = ("attention", "mla", "recurrent", "dense_ffn", "moe_ffn")
+#: Rows each touched expert's tokens are padded to in vLLM's fused-MoE kernels
+#: (``moe_align_block_size`` pads every expert's token count to a multiple of BLOCK_SIZE_M; the
+#: tuned configs use 16 for small batches).
+MOE_TILE_ROWS = 16
+#: Bytes per element of the activations an all-reduce sums (bf16).
+ACTIVATION_BYTES = 2
+#: Tokens one engine step may process (vLLM's ``max_num_batched_tokens`` on large GPUs; the
+#: measured SGLang and TensorRT-LLM runs allow at least as many).
+MAX_BATCHED_TOKENS = 8192
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Achieved fractions of the datasheet peaks, and a fixed cost per step.
+    """The speed model's constants: achieved shares of the peaks and the fixed costs.
 
-    bandwidth: achieved ÷ peak memory bandwidth (0, 1]; compute: achieved ÷ peak dense
-    FLOP/s (0, 1]; step_overhead_s: seconds added to every step (kernel launches, scheduling,
-    sampling); allreduce_s: seconds per all-reduce (two per layer) when ``n_gpus`` > 1.
+    bandwidth: achieved ÷ peak memory bandwidth reading weights, (0, 1]; kv_bandwidth: the same
+    reading (and writing) the KV cache; compute: achieved ÷ peak dense FLOP/s, (0, 1]; step_s: (engine, seconds) added to every step — the engine key is ``ENGINES`` or
+    ``"<engine>-rocm"`` on AMD GPUs; block_s: (block kind, seconds) added per block of that kind
+    (``BLOCK_KINDS``); communication: whether tensor-parallel all-reduces cost time.
     """
 
     name: str
     bandwidth: float = 1.0
+    kv_bandwidth: float = 1.0
     compute: float = 1.0
-    step_overhead_s: float = 0.0
-    allreduce_s: float = 0.0
+    step_s: tuple[tuple[str, float], ...] = ()
+    block_s: tuple[tuple[str, float], ...] = ()
+    communication: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
-        for key in ("bandwidth", "compute"):
+        for key in ("bandwidth", "kv_bandwidth", "compute"):
             value = getattr(self, key)
             if not (0 < value <= 1):
                 raise ValueError(f"Efficiency.{key} must be in (0, 1], got {value!r}")
-        for key in ("step_overhead_s", "allreduce_s"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"Efficiency.{key} must be >= 0, got {value!r}")
+        for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s)):
+            for name, value in pairs:
+                if not (math.isfinite(value) and value >= 0):
+                    raise ValueError(f"Efficiency.{label}[{name!r}] must be >= 0, got {value!r}")
+        unknown = sorted(set(dict(self.block_s)) - set(BLOCK_KINDS))
+        if unknown:
+            raise ValueError(f"Efficiency.block_s names unknown block kinds {unknown}; "
+                             f"known: {', '.join(BLOCK_KINDS)}")
+
+    def step_overhead_s(self, engine: str, gpu: GPU) -> float:
+        """Seconds ``engine`` adds to every step on ``gpu`` (0 when no step costs are set);
+        KeyError naming the engine when they are set but this engine has none."""
+        if not self.step_s:
+            return 0.0
+        key = engine_key(engine, gpu)
+        table = dict(self.step_s)
+        if key not in table:
+            raise KeyError(f"no fitted step cost for engine {key!r} in {self.name!r}; "
+                           f"known: {', '.join(sorted(table))}")
+        return table[key]
+
+    def block_overhead_s(self, blocks: "Blocks") -> float:
+        """Seconds of fixed per-block costs for a model's ``blocks``."""
+        table = dict(self.block_s)
+        return sum(table.get(kind, 0.0) * n for kind, n in blocks.by_kind().items())
+
+
+def engine_key(engine: str, gpu: GPU) -> str:
+    """``engine`` on NVIDIA GPUs, ``"<engine>-rocm"`` on AMD ones (a different build, other
+    kernels); ValueError for an engine kvlib has no name for."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return f"{engine}-rocm" if gpu.vendor == "AMD" else engine
 
 
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
-#: Fitted by ``fit_efficiency`` to the static-batch and batch-1 rows of data/throughput.csv
-#: mapped in data/roofline_calibration.csv (TensorRT-LLM 0.5 H100/H200 tables, the
-#: TensorRT-LLM 0.16 batch-1 latency run): 70 % of peak bandwidth, 40 % of peak dense FLOP/s
-#: (static batches include their prefill), 115 µs per tensor-parallel all-reduce (two per
-#: layer; it absorbs every multi-GPU inefficiency of those runs);
-#: tests/test_roofline.py refits and checks these values.
-CALIBRATED = Efficiency("calibrated (data/throughput.csv)", bandwidth=0.70, compute=0.40,
-                        step_overhead_s=0.0, allreduce_s=115e-6,
-                        source="kvlib.roofline.fit_efficiency")
+#: Fitted by ``kvlib.calibrate.fit`` on the train half of the modern measurements in
+#: data/throughput.csv (see chapter 6 for its held-out error); tests/test_calibrate.py refits
+#: and checks these values.
+CALIBRATED = Efficiency(
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.96, kv_bandwidth=0.62,
+    compute=0.55,
+    step_s=(("sglang", 0.0), ("sglang-rocm", 4.106e-3), ("tensorrt-llm", 0.673e-3),
+            ("vllm", 1.997e-3), ("vllm-rocm", 3.409e-3)),
+    block_s=(("attention", 0.0), ("mla", 84.5e-6), ("recurrent", 2.1e-6), ("dense_ffn", 34.0e-6),
+             ("moe_ffn", 24.4e-6)),
+    communication=True, source="kvlib.calibrate.fit")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The blocks of a model that each end in an all-reduce under tensor parallelism.
+
+    attention / mla / recurrent: token mixers (softmax attention, latent attention, Mamba-2 or
+    Gated DeltaNet); dense_ffn / moe_ffn: feed-forward blocks. A transformer layer is one mixer
+    and one FFN; a Nemotron-H layer is one or the other.
+    """
+
+    attention: int
+    mla: int
+    recurrent: int
+    dense_ffn: int
+    moe_ffn: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mla + self.recurrent + self.dense_ffn + self.moe_ffn
+
+    def by_kind(self) -> dict[str, int]:
+        return {kind: getattr(self, kind) for kind in BLOCK_KINDS}
+
+
+@lru_cache(maxsize=256)
+def _counts(model: Model) -> ParamCounts:
+    return params_for(model)
+
+
+def blocks(model: Model | str) -> Blocks:
+    """Count a model's blocks: its mixers, and its FFNs — one per layer, except in stacks
+    whose layers are single blocks (Nemotron-H: an MLP/MoE-only layer is a ``StatelessLayer``),
+    where the FFNs are the stateless layers. MoE FFNs are the config's MoE layers."""
+    return _blocks(_resolve_model(model))
+
+
+@lru_cache(maxsize=256)
+def _blocks(m: Model) -> Blocks:
+    counts = _counts(m)
+    attention = sum(isinstance(layer, AttentionLayer) for layer in m.layers)
+    mla = sum(isinstance(layer, MLALayer) for layer in m.layers)
+    recurrent = sum(isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)) for layer in m.layers)
+    single = sum(isinstance(layer, StatelessLayer) for layer in m.layers)
+    ffns = single if single else m.n_layers
+    return Blocks(attention=attention, mla=mla, recurrent=recurrent,
+                  dense_ffn=ffns - counts.n_moe_layers, moe_ffn=counts.n_moe_layers)
+
+
+def hidden_size(model: Model) -> int:
+    """The model's hidden size (elements per token of the activations an all-reduce sums)."""
+    arch = getattr(model, "architecture", None)  # kvlib.hf_config's record, where present
+    value = arch.hidden_size if arch is not None else model.config.get("hidden_size")
+    if not value:
+        raise ValueError(f"model {model.name!r}: config field 'hidden_size' is missing (needed "
+                         "for the all-reduce message size)")
+    return int(value)
+
+
+def allreduce_time_s(gpu: GPU | str, n_gpus: int, message_bytes: float) -> float:
+    """Seconds of one all-reduce of ``message_bytes`` per GPU over ``n_gpus`` GPUs.
+
+    latency α (``hardware.allreduce_latency``, published microbenchmarks) + the bytes each GPU
+    moves ÷ its link bandwidth to the group (``GPU.group_link_bytes_per_s``), with the faster of
+    the two algorithms engines ship (vLLM's custom all-reduce): one-stage, every GPU reads all
+    ``n − 1`` peers' buffers, ``α + (n − 1)·M/B``; two-stage, reduce-scatter then all-gather,
+    ``2α + 2·(n − 1)/n·M/B``. 1 GPU: 0.
+    """
+    g = _resolve_gpu(gpu)
+    n = _check_int("n_gpus", n_gpus)
+    if not (math.isfinite(message_bytes) and message_bytes >= 0):
+        raise ValueError(f"message_bytes must be >= 0, got {message_bytes!r}")
+    if n == 1:
+        return 0.0
+    alpha = allreduce_latency(g.slug, n).seconds
+    link = g.group_link_bytes_per_s(n)
+    one_stage = alpha + (n - 1) * message_bytes / link
+    two_stage = 2 * alpha + 2 * (n - 1) / n * message_bytes / link
+    return min(one_stage, two_stage)
 
 
 @dataclass(frozen=True)
 class Step:
     """One forward step on each GPU of a tensor-parallel group.
 
-    kind: "decode" or "prefill"; tokens: tokens the step processes (all GPUs together);
-    output_tokens: tokens it emits (batch for decode, batch for prefill's first token);
-    weight_bytes / kv_bytes: bytes one GPU reads; flops: FLOPs one GPU does;
-    memory_time_s / compute_time_s: the two roofline legs; overhead_s: fixed costs.
+    kind: "decode", "prefill" or "mixed" (decodes plus prompt tokens); batch: sequences that
+    each emit a token; context_tokens: the context each of them attends to; prefill_tokens:
+    prompt tokens processed; weight_bytes / kv_bytes: bytes one GPU reads (KV: read by the
+    decodes, written by the prefill); flops: FLOPs one GPU does; memory_time_s /
+    compute_time_s: the two roofline legs; fixed_s: engine and per-block costs; allreduce_s: the
+    tensor-parallel all-reduces.
     """
 
     kind: str
     batch: int
     context_tokens: int
+    prefill_tokens: int
     n_gpus: int
     weight_bytes: int
     kv_bytes: int
     flops: float
     memory_time_s: float
     compute_time_s: float
-    overhead_s: float
+    fixed_s: float
+    allreduce_s: float
     efficiency: str
 
     @property
@@ -96,8 +244,13 @@ class Step:
         return self.weight_bytes + self.kv_bytes
 
     @property
+    def overhead_s(self) -> float:
+        """Everything that is not the roofline: fixed costs plus all-reduces."""
+        return self.fixed_s + self.allreduce_s
+
+    @property
     def time_s(self) -> float:
-        """Seconds the step takes: the slower leg plus the fixed overhead."""
+        """Seconds the step takes: the slower roofline leg plus the overheads."""
         return max(self.memory_time_s, self.compute_time_s) + self.overhead_s
 
     @property
@@ -107,7 +260,7 @@ class Step:
 
     @property
     def tokens_per_s(self) -> float:
-        """Tokens the whole group emits per second (decode: batch ÷ step time)."""
+        """Tokens the whole group emits per second (one per decoding sequence per step)."""
         return self.batch / self.time_s
 
     @property
@@ -131,6 +284,16 @@ def expected_experts(n_experts: int, experts_per_token: int, tokens: int) -> flo
     if experts_per_token > n_experts:
         raise ValueError("experts_per_token cannot exceed n_experts")
     return n_experts * (1 - (1 - experts_per_token / n_experts) ** tokens)
+
+
+def moe_padded_rows(n_experts: int, experts_per_token: int, tokens: int,
+                    tile_rows: int = MOE_TILE_ROWS) -> float:
+    """Token rows the expert matmuls of one MoE layer compute for ``tokens`` tokens: each of the
+    expected touched experts gets its mean share of the ``tokens × k`` routed rows, rounded up
+    to whole tiles of ``tile_rows`` (at least one tile per touched expert)."""
+    touched = expected_experts(n_experts, experts_per_token, tokens)
+    per_expert = tokens * experts_per_token / touched
+    return touched * tile_rows * math.ceil(per_expert / tile_rows)
 
 
 def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str], tp: int,
@@ -170,77 +333,192 @@ def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) ->
     return total
 
 
-def _weight_format_bits_max(weight_dtype: str | Mapping[str, str]) -> float:
-    if isinstance(weight_dtype, Mapping):
-        return max(weight_bits(v) for v in weight_dtype.values())
-    return weight_bits(weight_dtype)
-
-
 def _compute_dtype(weight_dtype: str | Mapping[str, str]) -> str:
     if isinstance(weight_dtype, Mapping):
         return "fp8" if set(weight_dtype.values()) == {"fp8"} else "bf16"
     return compute_dtype_for(weight_dtype)
 
 
-def _overhead(model: Model, tp: int, eff: Efficiency) -> float:
-    return eff.step_overhead_s + (2 * model.n_layers * eff.allreduce_s if tp > 1 else 0.0)
+#: Prompt positions sampled to average a prompt token's attention work.
+_PROMPT_SAMPLES = 8
 
 
-def _step(kind: str, m: Model, g: GPU, batch: int, context_tokens: int, tp: int,
-          weight_bytes: float, kv_bytes: float, flops: float,
-          weight_dtype: str | Mapping[str, str], efficiency: Efficiency) -> Step:
-    """A Step from the bytes and FLOPs it moves, timed against ``efficiency`` × the peaks."""
-    if not isinstance(efficiency, Efficiency):
-        raise TypeError(f"efficiency must be an Efficiency, got {type(efficiency)!r}")
+def step(model: Model | str, gpu: GPU | str, *, batch: int = 0, context_tokens: int = 0,
+         prefill_tokens: int = 0, prompt_tokens: int = 0, n_gpus: int = 1,
+         weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
+         engine: str = "vllm", efficiency: Efficiency | None = None) -> Step:
+    """One step of ``batch`` decoding sequences at ``context_tokens`` each plus
+    ``prefill_tokens`` prompt tokens (a chunk of one prompt, or several prompts) from prompts of
+    ``prompt_tokens`` tokens, on ``n_gpus``
+    tensor-parallel ``gpu``s served by ``engine`` (the module docstring gives the formula).
+
+    A prompt token attends to the tokens before it: on average to half its prompt (sampled at
+    ``_PROMPT_SAMPLES`` positions so windows cap it). ``efficiency`` None means ``CALIBRATED``.
+    """
+    eff = CALIBRATED if efficiency is None else efficiency
+    if not isinstance(eff, Efficiency):
+        raise TypeError(f"efficiency must be an Efficiency, got {type(eff)!r}")
+    m, g = _resolve_model(model), _resolve_gpu(gpu)
+    b = _check_int("batch", batch, 0)
+    ctx = _check_int("context_tokens", context_tokens, 0)
+    pre = _check_int("prefill_tokens", prefill_tokens, 0)
+    tp = _check_int("n_gpus", n_gpus)
+    if b + pre == 0:
+        raise ValueError("a step needs a decoding sequence (batch) or prompt tokens")
+    if pre:
+        prompt = _check_int("prompt_tokens", prompt_tokens)
+    counts = _counts(m)
+    tokens = b + pre
+    weights = step_weight_bytes(counts, weight_dtype, tp, tokens)
+    kv = b * m.kv_bytes(ctx, kv_dtype, tp=tp) if ctx and b else 0
+    flops = tokens * 2 * counts.matmul_active / tp
+    if b:
+        flops += b * attention_flops_per_token(m, ctx, tp)
+    if pre:
+        kv += round(m.kv_bytes(prompt, kv_dtype, tp=tp) * pre / prompt)
+        n = min(_PROMPT_SAMPLES, prompt)
+        positions = [int((i + 0.5) * prompt / n) for i in range(n)]
+        flops += pre * sum(attention_flops_per_token(m, p, tp) for p in positions) / n
+    if counts.n_experts:
+        rows = moe_padded_rows(counts.n_experts, counts.experts_per_token, tokens)
+        extra = rows - tokens * counts.experts_per_token
+        flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
     peak = g.dense_flops(_compute_dtype(weight_dtype))
-    return Step(kind=kind, batch=batch, context_tokens=context_tokens, n_gpus=tp,
-                weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=flops,
-                memory_time_s=(weight_bytes + kv_bytes) / (g.bandwidth() * efficiency.bandwidth),
-                compute_time_s=flops / (peak * efficiency.compute),
-                overhead_s=_overhead(m, tp, efficiency), efficiency=efficiency.name)
+    bl = blocks(m)
+    fixed = eff.step_overhead_s(engine, g) + eff.block_overhead_s(bl)
+    comm = 0.0
+    if tp > 1 and eff.communication:
+        message = tokens * hidden_size(m) * ACTIVATION_BYTES
+        comm = bl.total * allreduce_time_s(g, tp, message)
+    kind = "mixed" if b and pre else ("decode" if b else "prefill")
+    return Step(kind=kind, batch=b, context_tokens=ctx, prefill_tokens=pre, n_gpus=tp,
+                weight_bytes=weights, kv_bytes=kv, flops=flops,
+                memory_time_s=(weights / eff.bandwidth + kv / eff.kv_bandwidth) / g.bandwidth(),
+                compute_time_s=flops / (peak * eff.compute), fixed_s=fixed, allreduce_s=comm,
+                efficiency=eff.name)
 
 
 def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_tokens: int,
                 n_gpus: int = 1, weight_dtype: str | Mapping[str, str] = "bf16",
-                kv_dtype: str = "bf16", efficiency: Efficiency = CALIBRATED) -> Step:
+                kv_dtype: str = "bf16", engine: str = "vllm",
+                efficiency: Efficiency | None = None) -> Step:
     """One decode step: ``batch`` sequences each at ``context_tokens`` cached tokens emit one
     token each, on ``n_gpus`` tensor-parallel ``gpu``s. ``efficiency=DATASHEET`` gives the
     pure roofline."""
-    m, g = _resolve_model(model), _resolve_gpu(gpu)
-    b = _check_int("batch", batch)
-    ctx = _check_int("context_tokens", context_tokens, 0)
-    tp = _check_int("n_gpus", n_gpus)
-    counts = params_for(m)
-    w = step_weight_bytes(counts, weight_dtype, tp, b)
-    kv = b * m.kv_bytes(ctx, kv_dtype, tp=tp) if ctx else 0
-    flops = b * (2 * counts.matmul_active / tp + attention_flops_per_token(m, ctx, tp))
-    return _step("decode", m, g, b, ctx, tp, w, kv, flops, weight_dtype, efficiency)
+    _check_int("batch", batch)
+    return step(model, gpu, batch=batch, context_tokens=context_tokens, n_gpus=n_gpus,
+                weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+                efficiency=efficiency)
 
 
 def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,
                  n_gpus: int = 1, weight_dtype: str | Mapping[str, str] = "bf16",
-                 kv_dtype: str = "bf16", efficiency: Efficiency = CALIBRATED) -> Step:
+                 kv_dtype: str = "bf16", engine: str = "vllm",
+                 efficiency: Efficiency | None = None) -> Step:
     """One prefill step of ``batch`` prompts of ``prompt_tokens`` tokens: reads the weights
-    once, writes the prompts' KV, and does 2 × active params per token plus causal attention
-    (each token attends to the tokens before it: ≈ T²/2 pairs per prompt)."""
-    m, g = _resolve_model(model), _resolve_gpu(gpu)
+    once, writes the prompts' KV, and does 2 × active params per token plus causal attention."""
+    _check_int("batch", batch)
+    _check_int("prompt_tokens", prompt_tokens)
+    return step(model, gpu, prefill_tokens=batch * prompt_tokens, prompt_tokens=prompt_tokens,
+                n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+                efficiency=efficiency)
+
+
+@dataclass(frozen=True)
+class ServingSteps:
+    """The steady state of a continuous-batching server with ``batch`` requests in flight.
+
+    decode: a step of pure decodes; mixed: a decode step that also prefills one arriving prompt
+    (or, when prompts arrive faster than one per step, the mean prefill tokens per step);
+    prefill_share: the fraction of steps that are mixed; prefill_tokens_per_step: mean prompt
+    tokens per step, (batch − 1) × input ÷ output (each of the other requests brings a prompt
+    every ``output`` steps); first: the step that carries a new request's own prompt.
+    """
+
+    decode: Step
+    mixed: Step
+    first: Step
+    prefill_share: float
+    prefill_tokens_per_step: float
+    prompt_chunks: int
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token of a request: the mean step time."""
+        return (1 - self.prefill_share) * self.decode.time_s + self.prefill_share * self.mixed.time_s
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to a new request's first token when arrivals are spread out: its prompt's
+        chunk steps plus, on average, half a running step to wait for."""
+        return self.prompt_chunks * self.first.time_s + self.tpot_s / 2
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens the whole group emits per second."""
+        return self.decode.batch / self.tpot_s
+
+    @property
+    def per_user_tokens_per_s(self) -> float:
+        """What one request sees: 1 ÷ time per output token."""
+        return 1 / self.tpot_s
+
+    @property
+    def prefill_time_share(self) -> float:
+        """The part of the mean step spent on prefill work (what input tokens cost)."""
+        return self.prefill_share * (self.mixed.time_s - self.decode.time_s) / self.tpot_s
+
+
+def serving_steps(model: Model | str, gpu: GPU | str, *, batch: int, input_tokens: int,
+                  output_tokens: int, n_gpus: int = 1,
+                  weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
+                  engine: str = "vllm", efficiency: Efficiency | None = None,
+                  max_batched_tokens: int = MAX_BATCHED_TOKENS) -> ServingSteps:
+    """Decode and prefill steps of a server keeping ``batch`` requests of ``input_tokens`` +
+    ``output_tokens`` in flight (a closed-loop benchmark at concurrency ``batch``, or steady
+    traffic): decodes run at the mean context, input + output ÷ 2; a prompt is prefilled in
+    chunks of up to ``max_batched_tokens − batch`` tokens inside decode steps (chunked prefill).
+    """
     b = _check_int("batch", batch)
-    t = _check_int("prompt_tokens", prompt_tokens)
-    tp = _check_int("n_gpus", n_gpus)
-    counts = params_for(m)
-    tokens = b * t
-    w = step_weight_bytes(counts, weight_dtype, tp, tokens)
-    kv = b * m.kv_bytes(t, kv_dtype, tp=tp)
-    attn = b * sum(attention_flops_per_token(m, ctx, tp) for ctx in _sample_contexts(t))
-    attn *= t / len(_sample_contexts(t))
-    flops = tokens * 2 * counts.matmul_active / tp + attn
-    return _step("prefill", m, g, b, t, tp, w, kv, flops, weight_dtype, efficiency)
+    isl = _check_int("input_tokens", input_tokens)
+    osl = _check_int("output_tokens", output_tokens)
+    budget = _check_int("max_batched_tokens", max_batched_tokens) - b
+    if budget < 1:
+        raise ValueError(f"max_batched_tokens ({max_batched_tokens}) leaves no room for prefill "
+                         f"beside {b} decodes")
+    kw = dict(n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+              efficiency=efficiency)
+    ctx = isl + osl // 2
+    chunk = min(isl, budget)
+    per_step = (b - 1) * isl / osl
+    share = min(1.0, per_step / chunk)
+    mixed_tokens = min(budget, max(chunk, math.ceil(per_step)))
+    decode = step(model, gpu, batch=b, context_tokens=ctx, **kw)
+    mixed = step(model, gpu, batch=b, context_tokens=ctx, prefill_tokens=mixed_tokens,
+                 prompt_tokens=isl, **kw)
+    first = step(model, gpu, batch=b - 1, context_tokens=ctx, prefill_tokens=chunk,
+                 prompt_tokens=isl, **kw)
+    return ServingSteps(decode=decode, mixed=mixed, first=first, prefill_share=share,
+                        prefill_tokens_per_step=per_step, prompt_chunks=math.ceil(isl / chunk))
 
 
-def _sample_contexts(t: int, n: int = 16) -> list[int]:
-    """Midpoints of ``n`` equal slices of 0..t (the contexts prefill tokens attend to)."""
-    n = min(n, t)
-    return [int((i + 0.5) * t / n) for i in range(n)]
+def generation_time_s(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,
+                      output_tokens: int, n_gpus: int = 1,
+                      weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
+                      engine: str = "vllm", efficiency: Efficiency | None = None,
+                      samples: int = 16) -> float:
+    """Seconds a static batch takes: one prefill of ``batch × prompt_tokens`` then
+    ``output_tokens`` decode steps at growing context (integrated over ``samples`` points)."""
+    _check_int("output_tokens", output_tokens)
+    kw = dict(n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+              efficiency=efficiency)
+    total = prefill_step(model, gpu, batch=batch, prompt_tokens=prompt_tokens, **kw).time_s
+    n = min(samples, output_tokens)
+    for i in range(n):
+        ctx = prompt_tokens + int((i + 0.5) * output_tokens / n)
+        total += decode_step(model, gpu, batch=batch, context_tokens=ctx,
+                             **kw).time_s * output_tokens / n
+    return total
 
 
 def critical_batch(gpu: GPU | str, weight_dtype: str = "bf16") -> float:
@@ -258,142 +536,15 @@ def model_critical_batch(model: Model | str, gpu: GPU | str, *, context_tokens: 
                          efficiency: Efficiency = DATASHEET, max_batch: int = 1 << 20) -> int | None:
     """The smallest decode batch at ``context_tokens`` whose step is compute-bound, or None
     when KV reads grow faster than the math and no batch up to ``max_batch`` gets there."""
+    kw = dict(context_tokens=context_tokens, n_gpus=n_gpus, weight_dtype=weight_dtype,
+              kv_dtype=kv_dtype, efficiency=efficiency)
     lo, hi = 1, max_batch
-    step = decode_step(model, gpu, batch=hi, context_tokens=context_tokens, n_gpus=n_gpus,
-                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
-    if step.bound == "memory":
+    if decode_step(model, gpu, batch=hi, **kw).bound == "memory":
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        s = decode_step(model, gpu, batch=mid, context_tokens=context_tokens, n_gpus=n_gpus,
-                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
-        if s.bound == "compute":
+        if decode_step(model, gpu, batch=mid, **kw).bound == "compute":
             hi = mid
         else:
             lo = mid + 1
     return lo
-
-
-def generation_time_s(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,
-                      output_tokens: int, n_gpus: int = 1,
-                      weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
-                      efficiency: Efficiency = CALIBRATED, samples: int = 16) -> float:
-    """Seconds a static batch takes: one prefill of ``batch × prompt_tokens`` then
-    ``output_tokens`` decode steps at growing context (integrated over ``samples`` points)."""
-    _check_int("output_tokens", output_tokens)
-    pre = prefill_step(model, gpu, batch=batch, prompt_tokens=prompt_tokens, n_gpus=n_gpus,
-                       weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
-    n = min(samples, output_tokens)
-    total = 0.0
-    for i in range(n):
-        ctx = prompt_tokens + int((i + 0.5) * output_tokens / n)
-        total += decode_step(model, gpu, batch=batch, context_tokens=ctx, n_gpus=n_gpus,
-                             weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                             efficiency=efficiency).time_s
-    return pre.time_s + total * output_tokens / n
-
-
-# --- calibration on measured throughputs ----------------------------------------------------
-
-def calibration_cases() -> "pd.DataFrame":
-    """``data/roofline_calibration.csv`` joined with the ``data/throughput.csv`` rows it maps
-    to registry models and GPUs (one measured case per row, indexed by throughput id)."""
-    import pandas as pd
-
-    from .registry import data_dir
-
-    cases = pd.read_csv(data_dir() / "roofline_calibration.csv", keep_default_na=False)
-    measured = pd.read_csv(data_dir() / "throughput.csv").set_index("id")
-    missing = sorted(set(cases["throughput_id"]) - set(measured.index))
-    if missing:
-        raise ValueError(f"roofline_calibration.csv names unknown throughput rows {missing}")
-    joined = cases.join(measured[["source", "source_url", "engine", "n_gpus", "tp", "batch",
-                                  "input_tokens", "output_tokens", "metric", "value"]],
-                        on="throughput_id")
-    return joined.set_index("throughput_id")
-
-
-def predict_case(case: Mapping[str, Any], efficiency: Efficiency = CALIBRATED) -> float | None:
-    """kvlib's value for one calibration case, in the case's metric: output tokens/s of a
-    static batch (prefill + decode), or seconds per output token at the case's batch."""
-    tp = int(case["tp"] if case["tp"] == case["tp"] else case["n_gpus"])
-    batch = int(case["batch"]) if case["batch"] == case["batch"] else None
-    isl, osl = int(case["input_tokens"]), int(case["output_tokens"])
-    kw = dict(n_gpus=tp, weight_dtype=case["weight_dtype"], kv_dtype=case["kv_dtype"],
-              efficiency=efficiency)
-    if case["mode"] == "static" and batch:
-        seconds = generation_time_s(case["model_slug"], case["gpu_slug"], batch=batch,
-                                    prompt_tokens=isl, output_tokens=osl, **kw)
-        return batch * osl / seconds
-    if case["mode"] == "itl":
-        conc = batch or int(8)
-        step = decode_step(case["model_slug"], case["gpu_slug"], batch=conc,
-                           context_tokens=isl + osl // 2, **kw)
-        return step.time_s
-    return None
-
-
-def roofline_calibration(efficiency: Efficiency = CALIBRATED) -> "pd.DataFrame":
-    """Predicted against measured for every case of ``data/roofline_calibration.csv``, with
-    the datasheet roofline alongside (relative errors: predicted ÷ measured − 1)."""
-    import pandas as pd
-
-    rows = []
-    for case_id, case in calibration_cases().iterrows():
-        pred = predict_case(case, efficiency)
-        sheet = predict_case(case, DATASHEET)
-        rows.append({"id": case_id, "role": case["role"], "model": case["model_slug"],
-                     "gpu": case["gpu_slug"], "tp": case["tp"], "batch": case["batch"],
-                     "input_tokens": case["input_tokens"], "output_tokens": case["output_tokens"],
-                     "metric": case["metric"], "measured": case["value"], "predicted": pred,
-                     "error": None if pred is None else pred / case["value"] - 1,
-                     "datasheet": sheet,
-                     "datasheet_error": None if sheet is None else sheet / case["value"] - 1})
-    return pd.DataFrame(rows).set_index("id")
-
-
-def _case_legs(case: Mapping[str, Any]) -> tuple[list[tuple[float, float, float, float]], float]:
-    """A case as datasheet roofline legs: [(memory_s, compute_s, all-reduces, repeats)] and
-    the numerator that turns total seconds into the case's metric (0 for a latency)."""
-    tp = int(case["tp"] if case["tp"] == case["tp"] else case["n_gpus"])
-    batch = int(case["batch"]) if case["batch"] == case["batch"] else 8
-    isl, osl = int(case["input_tokens"]), int(case["output_tokens"])
-    kw = dict(n_gpus=tp, weight_dtype=case["weight_dtype"], kv_dtype=case["kv_dtype"],
-              efficiency=DATASHEET)
-    model = _resolve_model(case["model_slug"])
-    n_ar = 2 * model.n_layers if tp > 1 else 0
-    if case["mode"] == "itl":
-        s = decode_step(model, case["gpu_slug"], batch=batch, context_tokens=isl + osl // 2, **kw)
-        return [(s.memory_time_s, s.compute_time_s, n_ar, 1.0)], 0.0
-    legs = []
-    pre = prefill_step(model, case["gpu_slug"], batch=batch, prompt_tokens=isl, **kw)
-    legs.append((pre.memory_time_s, pre.compute_time_s, n_ar, 1.0))
-    n = min(16, osl)
-    for i in range(n):
-        ctx = isl + int((i + 0.5) * osl / n)
-        s = decode_step(model, case["gpu_slug"], batch=batch, context_tokens=ctx, **kw)
-        legs.append((s.memory_time_s, s.compute_time_s, n_ar, osl / n))
-    return legs, float(batch * osl)
-
-
-def fit_efficiency() -> Efficiency:
-    """Grid fit of η_bw, η_c (steps of 0.05) and the per-all-reduce latency (steps of 5 µs) to
-    the ``fit`` cases, minimising the squared log error of the predicted metric."""
-    cases = calibration_cases()
-    fit = cases[cases["role"] == "fit"]
-    prepared = [(_case_legs(case), float(case["value"])) for _, case in fit.iterrows()]
-    best = None
-    for bw in [x / 20 for x in range(4, 21)]:
-        for comp in [x / 20 for x in range(4, 21)]:
-            for ar_us in range(0, 201, 5):
-                err = 0.0
-                for (legs, numerator), measured in prepared:
-                    total = sum(rep * (max(m / bw, c / comp) + n * ar_us * 1e-6)
-                                for m, c, n, rep in legs)
-                    pred = numerator / total if numerator else total
-                    err += math.log(pred / measured) ** 2
-                if best is None or err < best[0] - 1e-12:
-                    best = (err, bw, comp, ar_us)
-    _, bw, comp, ar_us = best
-    return Efficiency("calibrated (refit)", bandwidth=bw, compute=comp, allreduce_s=ar_us * 1e-6,
-                      source="kvlib.roofline.fit_efficiency")
