@@ -3,9 +3,9 @@ many requests, how fast and what a token costs out — ``serving.serving_point``
 pipeline) for every model × GPU × length the landing page offers.
 
 A request of ``context_tokens`` holds ``context_tokens − output_tokens`` prompt tokens and
-``output_tokens`` generated ones. Weights are served in the format each model is published in
-(``published_weight_format``). ``answer_grid`` tabulates it for the landing page's chart, which
-does the last step — $/1M tokens from the price slider — in the browser.
+``output_tokens`` generated ones (``case``). Weights are served in the format each model is
+published in (``published_weight_format``). ``answer_grid`` tabulates it for the landing page's
+chart, which does the last step — $/1M tokens from the price slider — in the browser.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pandas as pd
 
 from .hardware import gpu_slugs, load_gpu, load_prices
 from .registry import model_record
-from .serving import serving_point
+from .serving import ServingPoint, serving_point
 
 #: Generated tokens of a landing-page request; the rest of its length is prompt.
 OUTPUT_TOKENS = 1024
@@ -70,6 +70,21 @@ def price_range(gpu: str) -> tuple[float, float, float] | None:
     return float(rows.min()), float(rows.median()), float(rows.max())
 
 
+def case(model: str, gpu: str, context_tokens: int, *, output_tokens: int = OUTPUT_TOKENS,
+         **kwargs: Any) -> ServingPoint:
+    """The landing page's case: ``serving.serving_point`` for requests of ``context_tokens``
+    (``context_tokens − output_tokens`` prompt, ``output_tokens`` generated) with the model's
+    published weight format; ``kwargs`` go to ``serving_point``."""
+    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int):
+        raise ValueError(f"context_tokens must be an integer, got {context_tokens!r}")
+    if context_tokens <= output_tokens:
+        raise ValueError(f"context_tokens ({context_tokens}) leaves no prompt beside "
+                         f"{output_tokens} output tokens")
+    return serving_point(model, gpu, input_tokens=context_tokens - output_tokens,
+                         output_tokens=output_tokens,
+                         weight_dtype=published_weight_format(model), **kwargs)
+
+
 def answer_grid(models: Iterable[str], gpus: Iterable[str], contexts: Iterable[int], *,
                 output_tokens: int = OUTPUT_TOKENS, **kwargs: Any) -> pd.DataFrame:
     """One row per (model, GPU, context): the ``serving.ServingPoint`` fields (the error band as
@@ -77,25 +92,19 @@ def answer_grid(models: Iterable[str], gpus: Iterable[str], contexts: Iterable[i
     ``fits``, ``tokens_per_s_per_gpu`` and the GPU's listed price range (``price_low``,
     ``price_median``, ``price_high`` in $/GPU-hour; NaN without a row in ``data/prices.csv``).
 
-    A context of C tokens is C − ``output_tokens`` of prompt and ``output_tokens`` generated;
-    ``kwargs`` go to ``serving_point`` (utilization, KV dtype, engine, efficiency, TP degrees).
-    Each model is served in its published weight format.
+    Each row is ``case(model, gpu, context)``; ``kwargs`` go to ``serving_point``
+    (utilization, KV dtype, engine, efficiency, TP degrees).
     """
     models, gpus, contexts = list(models), list(gpus), list(contexts)
     for name, values in (("models", models), ("gpus", gpus), ("contexts", contexts)):
         if not values:
             raise ValueError(f"answer_grid needs at least one of {name}")
-    short = [c for c in contexts if c <= output_tokens]
-    if short:
-        raise ValueError(f"contexts {short} leave no prompt beside {output_tokens} output tokens")
     prices = {g: price_range(g) for g in gpus}
     rows = []
     for model in models:
-        fmt = published_weight_format(model)
         for gpu in gpus:
             for ctx in contexts:
-                point = serving_point(model, gpu, input_tokens=ctx - output_tokens,
-                                      output_tokens=output_tokens, weight_dtype=fmt, **kwargs)
+                point = case(model, gpu, ctx, output_tokens=output_tokens, **kwargs)
                 row = asdict(point)
                 band = row.pop("band")
                 row.update(context_tokens=ctx, fits=point.fits,

@@ -366,16 +366,15 @@ def _all_parts() -> dict[str, Parts]:
 
 # --- the fit -------------------------------------------------------------------------------
 
-#: Grids of the achieved shares, searched coarse (η_w and η_F every 0.05 and 0.1, η_kv every
-#: 0.1) then fine (every value within ±0.05 of the coarse best): weights η_w 0.50–1.00 and KV
-#: η_kv 0.30–1.00 in steps of 0.01, compute η_F 0.30–1.00 in steps of 0.05. The fixed costs are
-#: solved for exactly at each grid point.
+#: Grids of the achieved shares, searched coarse to fine (``fit``): weights η_w 0.50–1.00 and
+#: KV η_kv 0.30–1.00 in steps of 0.01, compute η_F 0.30–1.00 in steps of 0.05. The fixed costs
+#: are solved for exactly at each grid point searched.
 BANDWIDTH_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
 KV_BANDWIDTH_GRID = tuple(round(0.30 + 0.01 * i, 2) for i in range(71))
 COMPUTE_GRID = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))
 #: Iterations of the reweighted least squares that turn the fixed-cost solve into a least
 #: absolute deviations fit, and the smallest residual a weight divides by.
-_IRLS_STEPS, _IRLS_FLOOR = 6, 0.01
+_IRLS_STEPS, _IRLS_FLOOR = 4, 0.01
 
 
 def nnls(gram: np.ndarray, rhs: np.ndarray, start: Sequence[int] = ()) -> np.ndarray:
@@ -388,8 +387,9 @@ def nnls(gram: np.ndarray, rhs: np.ndarray, start: Sequence[int] = ()) -> np.nda
     def solve_on(cols: list[int]) -> np.ndarray:
         z = np.zeros(n)
         if cols:
-            z[cols] = np.linalg.solve(gram[np.ix_(cols, cols)] + ridge * np.eye(len(cols)),
-                                      rhs[cols])
+            sub = gram[np.ix_(cols, cols)]
+            sub[np.diag_indices_from(sub)] += ridge
+            z[cols] = np.linalg.solve(sub, rhs[cols])
         return z
 
     passive = sorted(start)
@@ -465,13 +465,16 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Effi
     def near(grid: Sequence[float], centre: float, reach: float) -> list[float]:
         return [v for v in grid if abs(v - centre) <= reach + 1e-9]
 
-    coarse = [solve(bw, kv_bw, fl) for bw in BANDWIDTH_GRID[::5]
-              for kv_bw in KV_BANDWIDTH_GRID[::10] for fl in COMPUTE_GRID[::2]]
-    centre = min(coarse, key=lambda r: r[0])[1]
-    fine = [solve(bw, kv_bw, fl) for bw in near(BANDWIDTH_GRID, centre[0], 0.05)
-            for kv_bw in near(KV_BANDWIDTH_GRID, centre[1], 0.05)
-            for fl in near(COMPUTE_GRID, centre[2], 0.05)]
-    _, (bw, kv_bw, fl), coef = min(coarse + fine, key=lambda r: r[0])
+    # coarse: every 0.1 of each share; then ±0.05 around the best in steps of 0.02 (η_w, η_kv)
+    # and 0.05 (η_F); then ±0.01 in steps of 0.01
+    tried = [solve(bw, kv_bw, fl) for bw in BANDWIDTH_GRID[::10]
+             for kv_bw in KV_BANDWIDTH_GRID[::10] for fl in COMPUTE_GRID[::2]]
+    for reach, stride, fl_reach in ((0.05, 2, 0.05), (0.01, 1, 0.05)):
+        centre = min(tried, key=lambda r: r[0])[1]
+        tried += [solve(bw, kv_bw, fl) for bw in near(BANDWIDTH_GRID, centre[0], reach)[::stride]
+                  for kv_bw in near(KV_BANDWIDTH_GRID, centre[1], reach)[::stride]
+                  for fl in near(COMPUTE_GRID, centre[2], fl_reach)]
+    _, (bw, kv_bw, fl), coef = min(tried, key=lambda r: r[0])
     values = dict(zip(names, coef))
     return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl,
                       step_s=tuple((n.split(":", 1)[1], float(values[n])) for n in names
@@ -537,15 +540,20 @@ def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def leave_one_source_out() -> pd.DataFrame:
-    """For each source group of the modern decode points: refit on every other group's points
-    (both halves) and predict the left-out group. One row per point: ``source_group``,
-    ``predicted`` and ``error``."""
+def leave_one_source_out(groups: Sequence[str] | None = None) -> pd.DataFrame:
+    """For each source group of the modern decode points (or each of ``groups``): refit on every
+    other group's points (both halves) and predict the left-out group. One row per point:
+    ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
+    ``fitted_without`` (the points the refit used)."""
     pts = speed_points()
     decode = pts[pts["role"].isin(["train", "test"])]
     every = _all_parts()
     rows = []
-    for group in sorted(decode["source_group"].unique()):
+    known = sorted(decode["source_group"].unique())
+    unknown = sorted(set(groups or ()) - set(known))
+    if unknown:
+        raise KeyError(f"no modern decode points from {unknown}; sources: {known}")
+    for group in (known if groups is None else sorted(groups)):
         rest = decode[decode["source_group"] != group]
         eff = fit({i: every[i] for i in rest.index}, rest["value"].to_dict())
         for i, p in decode[decode["source_group"] == group].iterrows():

@@ -125,12 +125,18 @@ DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: data/throughput.csv (see chapter 6 for its held-out error); tests/test_calibrate.py refits
 #: and checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.96, kv_bandwidth=0.62,
-    compute=0.55,
-    step_s=(("sglang", 0.0), ("sglang-rocm", 4.106e-3), ("tensorrt-llm", 0.673e-3),
-            ("vllm", 1.997e-3), ("vllm-rocm", 3.409e-3)),
-    block_s=(("attention", 0.0), ("mla", 84.5e-6), ("recurrent", 2.1e-6), ("dense_ffn", 34.0e-6),
-             ("moe_ffn", 24.4e-6)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.96,
+    kv_bandwidth=0.59, compute=0.6,
+    step_s=(("sglang", 0.000e-3),
+            ("sglang-rocm", 4.194e-3),
+            ("tensorrt-llm", 0.675e-3),
+            ("vllm", 1.892e-3),
+            ("vllm-rocm", 3.406e-3)),
+    block_s=(("attention", 0.0e-6),
+             ("mla", 83.5e-6),
+             ("recurrent", 5.7e-6),
+             ("dense_ffn", 35.1e-6),
+             ("moe_ffn", 25.5e-6)),
     communication=True, source="kvlib.calibrate.fit")
 
 

@@ -7,80 +7,81 @@ import re
 import pytest
 
 from kvlib import answer, charts
+from kvlib.calibrate import error_band
 from kvlib.cost import cost_per_million_tokens
-from kvlib.roofline import CALIBRATED, decode_step
+from kvlib.roofline import serving_steps
+from kvlib.serving import DoesNotFit, format_label
 
 
 def test_published_weight_format():
     assert answer.published_weight_format("llama-3.1-8b") == "bf16"  # no quantization_config
     assert answer.published_weight_format("deepseek-v3") == "fp8"
     assert answer.published_weight_format("gpt-oss-120b") == {"experts": "mxfp4"}
-    assert answer.format_label({"experts": "mxfp4"}) == "experts mxfp4, rest bf16"
+    assert format_label({"experts": "mxfp4"}) == "experts mxfp4, rest bf16"
     with pytest.raises(ValueError, match="gptq"):  # Mistral-7B-v0.1's stored config is GPTQ
         answer.published_weight_format("mistral-7b-v0.1")
 
 
 def test_complete_gpus_have_bandwidth_and_flops():
     gpus = answer.complete_gpus()
-    assert "h100-sxm" in gpus and "mi300x" in gpus
+    assert "h100-sxm" in gpus and "mi300x" in gpus and "mi355x" in gpus
     assert "a10g" not in gpus  # no sourced bandwidth or FLOP/s
     assert "rtx-3090" not in gpus  # no sourced tensor FLOP/s
 
 
 def test_llama_8b_on_one_h100_by_hand():
-    p = answer.serving_point("llama-3.1-8b", "h100-sxm", 8192)
-    # Pool (kvlib fit, tests/test_cli.py): 26,320 blocks of 16 tokens; a request of 8,192
-    # tokens needs 512 blocks → 26,320 / 512 = 51.40625 requests; batch 51.
+    p = answer.case("llama-3.1-8b", "h100-sxm", 8192)
+    # 8,192 tokens = 7,168 of prompt + 1,024 generated. Pool (kvlib fit, tests/test_cli.py):
+    # 26,320 blocks of 16 tokens; a request needs 512 → 51.40625 requests; batch 51.
+    assert (p.input_tokens, p.output_tokens) == (7168, 1024)
     assert (p.n_gpus, p.max_concurrency, p.batch) == (1, 51.40625, 51)
-    # Decode at batch 51, every request at 8,192 tokens, memory-bound: weights without the
-    # embedding table (8,030,261,248 − 525,336,576 params) × 2 bytes = 15,009,849,344 bytes,
-    # KV 51 × 8,192 × 131,072 = 54,760,833,024 bytes; ÷ (3.35 TB/s × 0.70) → 51 tokens.
-    read = 15_009_849_344 + 51 * 8192 * 131_072
-    step_s = read / (3.35e12 * CALIBRATED.bandwidth)
-    assert p.bound == "memory"
-    assert math.isclose(p.step_time_s, step_s, rel_tol=1e-12)
-    assert math.isclose(p.tokens_per_s, 51 / step_s, rel_tol=1e-12)  # ≈ 1,714 tokens/s
-    assert round(p.tokens_per_s) == 1714
-    # $/1M at $2.90 per GPU-hour: 2.90 / (1,714.1 × 3,600) × 10⁶ ≈ $0.47
-    assert math.isclose(p.dollars_per_million(2.90), 2.90 / (51 / step_s * 3600) * 1e6)
-    assert round(p.dollars_per_million(2.90), 2) == 0.47
+    s = serving_steps("llama-3.1-8b", "h100-sxm", batch=51, input_tokens=7168, output_tokens=1024)
+    # the other 50 requests bring 50 × 7,168 ÷ 1,024 = 350 prompt tokens per step: one whole
+    # prompt in 350 ÷ 7,168 = 4.88 % of the steps; decodes run at 7,168 + 512 = 7,680 tokens
+    assert s.prefill_share == 350 / 7168
+    assert s.decode.kv_bytes == 51 * 7680 * 131_072
+    assert p.tpot_s == s.tpot_s and p.ttft_s == s.ttft_s and p.bound == "memory"
+    assert math.isclose(p.tokens_per_s, 51 / s.tpot_s, rel_tol=1e-12)
+    assert math.isclose(p.per_user_tokens_per_s, 1 / s.tpot_s, rel_tol=1e-12)
+    # $/1M at $2.90 per GPU-hour: 2.90 ÷ (tokens/s × 3,600) × 10⁶
+    assert math.isclose(p.dollars_per_million(2.90), 2.90 / (p.tokens_per_s * 3600) * 1e6)
+    assert p.band == error_band(1, 51)
 
 
 def test_smallest_degree_that_holds_one_request():
     # 70B in bf16 is ~131 GiB of weights: half of it (65.7 GiB) plus the start-up overheads
     # overflows an H100's 71.3 GiB budget, a quarter does not.
-    p = answer.serving_point("llama-3.1-70b", "h100-sxm", 8192)
+    p = answer.case("llama-3.1-70b", "h100-sxm", 8192)
     assert p.n_gpus == 4
-    step = decode_step("llama-3.1-70b", "h100-sxm", batch=p.batch, context_tokens=8192, n_gpus=4)
-    assert p.tokens_per_s == step.tokens_per_s
     assert math.isclose(p.dollars_per_million(3.0), cost_per_million_tokens(12.0, p.tokens_per_s))
 
 
 def test_no_fit_and_unsplittable_degrees():
-    big = answer.serving_point("llama-3.1-405b", "h100-sxm", 8192)  # 810 GB of bf16 weights
-    assert not big.fits and big.n_gpus == 0 and big.tokens_per_s == 0
-    with pytest.raises(ValueError, match="does not fit"):
+    big = answer.case("llama-3.1-405b", "h100-sxm", 8192)  # 810 GB of bf16 weights
+    assert not big.fits and big.n_gpus == 0 and big.tokens_per_s == 0 and big.band is None
+    with pytest.raises(DoesNotFit, match="does not fit"):
         big.dollars_per_million(2.0)
     # 8 KV heads cannot be split over 3 GPUs: that degree is skipped, not an error
-    assert answer.serving_point("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3,)).n_gpus == 0
-    assert answer.serving_point("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3, 1)).n_gpus == 1
+    assert answer.case("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3,)).n_gpus == 0
+    assert answer.case("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3, 1)).n_gpus == 1
 
 
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(context_tokens=0), "context_tokens"),
+    (dict(context_tokens=1024), "no prompt"),
     (dict(context_tokens=8192, tp_degrees=()), "tp_degrees"),
     (dict(context_tokens=8192, tp_degrees=(0,)), "tp_degrees"),
 ])
 def test_bad_input(kwargs, needle):
     with pytest.raises(ValueError, match=needle):
-        answer.serving_point("llama-3.1-8b", "h100-sxm", **kwargs)
+        answer.case("llama-3.1-8b", "h100-sxm", **kwargs)
 
 
 def test_unknown_names():
     with pytest.raises(KeyError, match="unknown GPU"):
-        answer.serving_point("llama-3.1-8b", "h100", 8192)
+        answer.case("llama-3.1-8b", "h100", 8192)
     with pytest.raises(KeyError, match="unknown model"):
-        answer.serving_point("llama-9", "h100-sxm", 8192)
+        answer.case("llama-9", "h100-sxm", 8192)
 
 
 def test_grid_shape_prices_and_monotone_context():
@@ -94,6 +95,7 @@ def test_grid_shape_prices_and_monotone_context():
     small = grid[(grid["model"] == "llama-3.1-8b") & (grid["gpu"] == "h100-sxm")]
     assert small["max_concurrency"].is_monotonic_decreasing
     assert small["tokens_per_s"].is_monotonic_decreasing
+    assert (small["band_low"] < small["band_high"]).all() and (small["band_median"] > 0).all()
     # full attention: 4× the context, 1/4 the requests (same pool, whole blocks)
     assert small["max_concurrency"].tolist()[0] == 4 * small["max_concurrency"].tolist()[1]
     with pytest.raises(ValueError, match="models"):
@@ -108,7 +110,7 @@ def _eval_vega(expr: str, datum: dict, **params: float) -> float:
 
 
 def test_vega_cost_expression_is_kvlibs_formula():
-    p = answer.serving_point("llama-3.1-70b", "h100-sxm", 8192)
+    p = answer.case("llama-3.1-70b", "h100-sxm", 8192)
     in_browser = _eval_vega(charts.ANSWER_COST_EXPR,
                             {"n_gpus": p.n_gpus, "tokens_per_s": p.tokens_per_s}, price=2.5)
     assert math.isclose(in_browser, p.dollars_per_million(2.5), rel_tol=1e-12)

@@ -155,7 +155,7 @@ def test_every_widget_changes_its_chart(built_book, server, browser):
 
 
 def _card(point, price: float) -> list[str]:
-    """The four figures the landing chart shows for a kvlib.answer.ServingPoint."""
+    """The four figures the landing chart shows for a kvlib.serving.ServingPoint."""
     conc = point.max_concurrency
     cost = point.dollars_per_million(price)
     return [str(point.n_gpus), format(conc, ",.1f" if conc < 100 else ",.0f"),
@@ -170,7 +170,7 @@ def test_landing_page_answers_the_readers_case(built_book, server, browser):
     chart = page.locator("div.kvlib-chart:has(.vega-bindings select)").first
     chart_id = chart.get_attribute("id")
     price = float(chart.locator("input[name=price]").input_value())
-    start = answer.serving_point("llama-3.1-8b", "h100-sxm", 8192)
+    start = answer.case("llama-3.1-8b", "h100-sxm", 8192)
     text = _svg_text(chart)
     assert text[:4] == _card(start, price), text[:8]
 
@@ -189,7 +189,7 @@ def test_landing_page_answers_the_readers_case(built_book, server, browser):
         model = value if "model" in selector else model
         gpu = value if "gpu" in selector else gpu
         context = int(value) if "context" in selector else context
-        expected = _card(answer.serving_point(model, gpu, context), price)
+        expected = _card(answer.case(model, gpu, context), price)
         text = _svg_text(chart)
         assert text[:4] == expected, (selector, value, text[:8])
     # a case that fits on no 8-GPU group says so

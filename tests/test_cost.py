@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib.cost import cost_change, dollars_per_hour_for_cost, serving_grid
+from kvlib.cost import cost_change, dollars_per_hour_for_cost
 
 
 @pytest.mark.parametrize("rate, expected", [(100, 8.06), (1000, 0.81), (3000, 0.27)])
@@ -43,14 +43,3 @@ def test_bad_inputs_name_the_argument(bad):
         kvlib.cost_per_million_tokens(2.9, bad)
     with pytest.raises(ValueError, match="dollars_per_million"):
         kvlib.tokens_per_second_for_cost(2.9, bad)
-
-
-def test_serving_grid_costs_fall_with_batch_and_stop_at_the_pool():
-    grid = serving_grid("llama-3.1-8b", ["h100-sxm", "a10g"], [1, 8, 64, 256], 8192,
-                        dollars_per_gpu_hour={"h100-sxm": 2.9})
-    assert "a10g" in grid.attrs["skipped"]  # no sourced FLOP/s for the AWS-only part
-    h100 = grid[grid["gpu"] == "h100-sxm"].set_index("batch")
-    assert h100["dollars_per_million"].is_monotonic_decreasing
-    assert h100.loc[1, "fits"] and not h100.loc[256, "fits"]  # pool holds ~51 requests of 8K
-    assert math.isclose(h100.loc[1, "dollars_per_million"],
-                        kvlib.cost_per_million_tokens(2.9, h100.loc[1, "tokens_per_s"]))

@@ -1,4 +1,4 @@
-"""Decode and prefill steps on the roofline: known answers, MoE expert touching, calibration."""
+"""Steps on the roofline: known answers for every term of the one step decomposition."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,17 @@ import pytest
 
 import kvlib
 from kvlib import roofline
-from kvlib.hardware import GPU
-from kvlib.roofline import (CALIBRATED, DATASHEET, Efficiency, critical_batch, decode_step,
-                            expected_experts, prefill_step)
+from kvlib.hardware import GPU, allreduce_latency, load_gpu
+from kvlib.roofline import (CALIBRATED, DATASHEET, Efficiency, allreduce_time_s, blocks,
+                            critical_batch, decode_step, expected_experts, moe_padded_rows,
+                            prefill_step, serving_steps, step)
 from kvlib.units import GIB
+
+#: Round constants for hand-checked arithmetic: η_w 0.8, η_kv 0.5, η_F 0.5, 1 ms per vLLM step,
+#: 10 µs per attention block and 20 µs per dense FFN block.
+EFF = Efficiency("test", bandwidth=0.8, kv_bandwidth=0.5, compute=0.5,
+                 step_s=(("vllm", 1e-3),), block_s=(("attention", 10e-6), ("dense_ffn", 20e-6)),
+                 communication=True)
 
 
 def test_critical_batch_from_datasheet_figures():
@@ -34,17 +41,18 @@ def test_scaling_book_tpu_v5e_is_240():
 
 def test_batch_one_decode_is_the_weight_read():
     # Llama-3.1-8B, batch 1, no context: every weight but the input embedding, once
-    step = decode_step("llama-3.1-8b", "h100-sxm", batch=1, context_tokens=0, efficiency=DATASHEET)
-    assert step.weight_bytes == 2 * (8_030_261_248 - 128_256 * 4096)
-    assert step.kv_bytes == 0 and step.bound == "memory"
-    assert step.time_s == pytest.approx(step.weight_bytes / 3.35e12)
-    assert step.tokens_per_s == pytest.approx(1 / step.time_s)
+    s = decode_step("llama-3.1-8b", "h100-sxm", batch=1, context_tokens=0, efficiency=DATASHEET)
+    assert s.weight_bytes == 2 * (8_030_261_248 - 128_256 * 4096)
+    assert s.kv_bytes == 0 and s.bound == "memory" and s.overhead_s == 0
+    assert s.time_s == pytest.approx(s.weight_bytes / 3.35e12)
+    assert s.tokens_per_s == pytest.approx(1 / s.time_s)
 
 
 def test_kv_reads_grow_with_batch_and_context():
     a = decode_step("llama-3.1-8b", "h100-sxm", batch=8, context_tokens=4096)
     b = decode_step("llama-3.1-8b", "h100-sxm", batch=16, context_tokens=4096)
-    assert b.kv_bytes == 2 * a.kv_bytes == 2 * 8 * 4096 * 128 * 1024 * 2 // 2
+    # 16 sequences × 4,096 tokens × 128 KiB per token (32 layers × 8 heads × 128 × 2 × 2 B)
+    assert b.kv_bytes == 2 * a.kv_bytes == 16 * 4096 * 131_072
 
 
 def test_windows_cap_kv_reads():
@@ -53,11 +61,77 @@ def test_windows_cap_kv_reads():
     assert short.kv_bytes == long.kv_bytes  # every layer keeps W − 1 = 4,095 tokens
 
 
-def test_decode_turns_compute_bound_near_the_critical_batch():
-    n = roofline.model_critical_batch("llama-3.1-8b", "h100-sxm", context_tokens=0)
-    # weights of 2 bytes, embeddings excluded from the reads: close to B_crit = 295
-    assert 270 < n < 330
-    assert roofline.model_critical_batch("llama-3.1-8b", "h100-sxm", context_tokens=32_768) is None
+def test_weights_and_kv_stream_at_their_own_shares():
+    # Llama-3.1-8B, batch 4 at 1,024 tokens on one H100, dense bf16 (no MoE padding):
+    # weights 15,009,849,344 B ÷ 0.8 + KV 4 × 1,024 × 131,072 = 536,870,912 B ÷ 0.5, over 3.35 TB/s
+    s = decode_step("llama-3.1-8b", "h100-sxm", batch=4, context_tokens=1024, efficiency=EFF)
+    assert (s.weight_bytes, s.kv_bytes) == (15_009_849_344, 536_870_912)
+    assert s.memory_time_s == pytest.approx((15_009_849_344 / 0.8 + 536_870_912 / 0.5) / 3.35e12)
+    # fixed costs: 1 ms per step + 32 attention blocks × 10 µs + 32 dense FFNs × 20 µs = 1.96 ms
+    assert s.fixed_s == pytest.approx(1e-3 + 32 * 10e-6 + 32 * 20e-6)
+    assert s.allreduce_s == 0  # one GPU
+    assert s.time_s == pytest.approx(max(s.memory_time_s, s.compute_time_s) + 1.96e-3)
+
+
+def test_tensor_parallel_adds_one_all_reduce_per_block():
+    # Llama-3.1-70B on 4 H100s, batch 1: 80 attention + 80 FFN blocks, each followed by an
+    # all-reduce of 1 token × 8,192 × 2 B = 16,384 B
+    s = decode_step("llama-3.1-70b", "h100-sxm", batch=1, context_tokens=1024, n_gpus=4,
+                    efficiency=EFF)
+    assert s.allreduce_s == pytest.approx(160 * allreduce_time_s("h100-sxm", 4, 16_384))
+    assert s.fixed_s == pytest.approx(1e-3 + 80 * 10e-6 + 80 * 20e-6)
+    d = decode_step("llama-3.1-70b", "h100-sxm", batch=1, context_tokens=1024, n_gpus=4,
+                    efficiency=DATASHEET)
+    assert d.overhead_s == 0 and d.time_s < s.time_s
+
+
+def test_allreduce_time_is_latency_plus_bytes_over_the_link():
+    alpha = allreduce_latency("h100-sxm", 8).seconds
+    # 16 KiB on 8 H100s: one-stage α + 7 × 16,384 / 450e9 = α + 0.255 µs beats
+    # two-stage 2α + 1.75 × 16,384 / 450e9 = 2α + 0.064 µs
+    assert allreduce_time_s("h100-sxm", 8, 16_384) == pytest.approx(alpha + 7 * 16_384 / 450e9)
+    # 64 MiB: two-stage 2α + 1.75 × 67,108,864 / 450e9 = 2α + 261 µs beats α + 1,044 µs
+    big = 64 * 2**20
+    assert allreduce_time_s("h100-sxm", 8, big) == pytest.approx(2 * alpha + 1.75 * big / 450e9)
+    assert allreduce_time_s("h100-sxm", 1, big) == 0
+
+
+def test_full_mesh_groups_use_only_their_links():
+    # MI300X: 64e9 B/s per direction to each peer, 448e9 over all seven links
+    mi300x = load_gpu("mi300x")
+    assert mi300x.group_link_bytes_per_s(2) == 64e9  # one link
+    assert mi300x.group_link_bytes_per_s(4) == 192e9  # three links
+    assert mi300x.group_link_bytes_per_s(8) == 448e9  # seven
+    assert load_gpu("h100-sxm").group_link_bytes_per_s(2) == 450e9  # behind a switch: all of it
+    with pytest.raises(ValueError, match="GPU-to-GPU"):
+        load_gpu("gh200").group_link_bytes_per_s(2)
+
+
+def test_allreduce_latency_comes_from_published_rows():
+    h100 = allreduce_latency("h100-sxm", 4)
+    assert 4e-6 < h100.seconds < 6e-6 and "H100" in h100.basis and len(h100.rows) >= 6
+    # a GPU without rows borrows those of a GPU with the same interconnect
+    assert allreduce_latency("a100-40gb", 2).seconds == allreduce_latency("a100-80gb", 2).seconds
+    assert allreduce_latency("mi325x", 8).rows == allreduce_latency("mi300x", 8).rows
+    # no row for PCIe: every row's median, said to be a lower bound
+    assert "lower bound" in allreduce_latency("l40s", 2).basis
+    with pytest.raises(ValueError, match="n_gpus"):
+        allreduce_latency("h100-sxm", 1)
+
+
+@pytest.mark.parametrize("slug, expected", [
+    # a transformer layer is one mixer and one FFN
+    ("llama-3.1-8b", dict(attention=32, mla=0, recurrent=0, dense_ffn=32, moe_ffn=0)),
+    # DeepSeek-R1: 61 MLA layers, the first 3 with dense MLPs, 58 with MoE
+    ("deepseek-r1", dict(attention=0, mla=61, recurrent=0, dense_ffn=3, moe_ffn=58)),
+    # Nemotron-3-Nano: 52 single blocks, 23 Mamba-2 + 6 attention mixers + 23 MoE FFNs
+    ("nemotron-3-nano-30b-a3b", dict(attention=6, mla=0, recurrent=23, dense_ffn=0, moe_ffn=23)),
+    # Qwen3-Next: 48 layers of a mixer (36 Gated DeltaNet, 12 attention) and a MoE FFN
+    ("qwen3-next-80b-a3b", dict(attention=12, mla=0, recurrent=36, dense_ffn=0, moe_ffn=48)),
+])
+def test_blocks_count_the_mixers_a_stack_has(slug, expected):
+    b = blocks(slug)
+    assert b.by_kind() == expected and b.total == sum(expected.values())
 
 
 def test_expected_experts():
@@ -66,6 +140,13 @@ def test_expected_experts():
     assert expected_experts(8, 2, 2) == pytest.approx(8 * (1 - (6 / 8) ** 2))
     with pytest.raises(ValueError, match="exceed"):
         expected_experts(8, 9, 1)
+
+
+def test_moe_rows_are_padded_to_whole_tiles():
+    # one token, top-4 of 128: 4 experts touched, 1 row each, padded to 16 → 64 rows
+    assert moe_padded_rows(128, 4, 1) == pytest.approx(64)
+    # 4,096 tokens touch all 128 experts, 4,096 × 4 ÷ 128 = 128 rows each = 8 whole tiles
+    assert moe_padded_rows(128, 4, 4096) == pytest.approx(4096 * 4, rel=1e-9)
 
 
 def test_moe_reads_more_experts_as_batch_grows():
@@ -77,31 +158,71 @@ def test_moe_reads_more_experts_as_batch_grows():
 
 def test_prefill_is_compute_bound_and_writes_kv():
     p = prefill_step("llama-3.1-8b", "h100-sxm", batch=1, prompt_tokens=8192)
-    assert p.bound == "compute"
+    assert p.bound == "compute" and p.kind == "prefill" and p.batch == 0
     assert p.kv_bytes == 8192 * 128 * 1024
     assert p.flops > 2 * 7.5e9 * 8192
 
 
-def test_tensor_parallel_adds_all_reduce_latency():
-    s = decode_step("llama-3.1-70b", "h100-sxm", batch=1, context_tokens=1024, n_gpus=4)
-    assert s.overhead_s == pytest.approx(2 * 80 * CALIBRATED.allreduce_s)
-    d = decode_step("llama-3.1-70b", "h100-sxm", batch=1, context_tokens=1024, n_gpus=4,
-                    efficiency=DATASHEET)
-    assert d.overhead_s == 0 and d.time_s < s.time_s
+def test_a_mixed_step_is_the_sum_of_its_work():
+    kw = dict(n_gpus=2, efficiency=EFF)
+    dec = step("llama-3.1-70b", "h100-sxm", batch=16, context_tokens=2048, **kw)
+    pre = step("llama-3.1-70b", "h100-sxm", prefill_tokens=1000, prompt_tokens=1000, **kw)
+    mixed = step("llama-3.1-70b", "h100-sxm", batch=16, context_tokens=2048, prefill_tokens=1000,
+                 prompt_tokens=1000, **kw)
+    # one weight read for all 1,016 tokens, both KV terms, both FLOP terms, one set of fixed costs
+    assert mixed.kind == "mixed" and mixed.weight_bytes == dec.weight_bytes
+    assert mixed.kv_bytes == dec.kv_bytes + pre.kv_bytes
+    assert mixed.flops == pytest.approx(dec.flops + pre.flops)
+    assert mixed.fixed_s == dec.fixed_s == pre.fixed_s
 
 
-def test_calibrated_factors_are_the_fit():
-    fit = roofline.fit_efficiency()
-    assert (fit.bandwidth, fit.compute) == (CALIBRATED.bandwidth, CALIBRATED.compute)
-    assert fit.allreduce_s == pytest.approx(CALIBRATED.allreduce_s)
+def test_serving_steps_spread_other_requests_prompts_over_decode_steps():
+    s = serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=1000, output_tokens=500,
+                      efficiency=EFF)
+    # 7 other requests each bring a 1,000-token prompt every 500 steps: 14 tokens per step,
+    # i.e. one whole prompt (chunk min(1,000, 8,192 − 8)) in 1.4 % of the steps
+    assert s.prefill_tokens_per_step == pytest.approx(14)
+    assert s.prefill_share == pytest.approx(0.014)
+    assert s.decode.context_tokens == 1250 and s.mixed.prefill_tokens == 1000
+    assert s.tpot_s == pytest.approx(0.986 * s.decode.time_s + 0.014 * s.mixed.time_s)
+    assert s.tokens_per_s == pytest.approx(8 / s.tpot_s)
+    assert s.per_user_tokens_per_s == pytest.approx(1 / s.tpot_s)
+    assert s.ttft_s == pytest.approx(s.first.time_s + s.tpot_s / 2)
+    assert 0 < s.prefill_time_share < s.prefill_share * 100
+    alone = serving_steps("llama-3.1-8b", "h100-sxm", batch=1, input_tokens=1000,
+                          output_tokens=500, efficiency=EFF)
+    assert alone.prefill_share == 0 and alone.tpot_s == alone.decode.time_s
+    # a 20,000-token prompt takes 3 chunks of 8,192 − 8
+    long = serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=20_000,
+                         output_tokens=500, efficiency=EFF)
+    assert long.prompt_chunks == 3 and long.first.prefill_tokens == 8184
 
 
-def test_calibration_errors():
-    rc = roofline.roofline_calibration()
-    fit = rc[rc["role"] == "fit"]
-    assert fit["error"].abs().median() < 0.15
-    assert fit["error"].abs().median() < fit["datasheet_error"].abs().median()
-    assert rc[rc["role"] == "validate"]["error"].abs().max() < 0.25
+def test_static_batch_is_prefill_plus_decode_steps():
+    kw = dict(n_gpus=1, efficiency=EFF)
+    total = roofline.generation_time_s("llama-3.1-8b", "h100-sxm", batch=4, prompt_tokens=128,
+                                       output_tokens=16, **kw)
+    pre = prefill_step("llama-3.1-8b", "h100-sxm", batch=4, prompt_tokens=128, **kw).time_s
+    dec = sum(decode_step("llama-3.1-8b", "h100-sxm", batch=4, context_tokens=128 + i,
+                          **kw).time_s for i in range(16))  # 16 samples: every step, context +0.5
+    assert total == pytest.approx(pre + dec)
+
+
+def test_decode_turns_compute_bound_near_the_critical_batch():
+    n = roofline.model_critical_batch("llama-3.1-8b", "h100-sxm", context_tokens=0)
+    # weights of 2 bytes, embeddings excluded from the reads: close to B_crit = 295
+    assert 270 < n < 330
+    assert roofline.model_critical_batch("llama-3.1-8b", "h100-sxm", context_tokens=32_768) is None
+
+
+def test_engines_have_their_own_step_cost():
+    assert roofline.engine_key("vllm", load_gpu("mi300x")) == "vllm-rocm"
+    assert roofline.engine_key("sglang", load_gpu("h100-sxm")) == "sglang"
+    with pytest.raises(ValueError, match="unknown engine"):
+        roofline.engine_key("lmdeploy", load_gpu("h100-sxm"))
+    with pytest.raises(KeyError, match="tensorrt-llm-rocm"):
+        decode_step("llama-3.1-8b", "mi300x", batch=1, context_tokens=1, engine="tensorrt-llm")
+    assert {k for k, _ in CALIBRATED.step_s} >= {"vllm", "sglang", "tensorrt-llm", "vllm-rocm"}
 
 
 def test_bad_inputs():
@@ -111,11 +232,23 @@ def test_bad_inputs():
         decode_step("llama-3.1-8b", "h100-sxm", batch=1, context_tokens=-1)
     with pytest.raises(ValueError, match="prompt_tokens"):
         prefill_step("llama-3.1-8b", "h100-sxm", batch=1, prompt_tokens=0)
+    with pytest.raises(ValueError, match="needs a decoding sequence"):
+        step("llama-3.1-8b", "h100-sxm")
     with pytest.raises(ValueError, match="bandwidth"):
         Efficiency("x", bandwidth=0)
+    with pytest.raises(ValueError, match="kv_bandwidth"):
+        Efficiency("x", kv_bandwidth=1.5)
+    with pytest.raises(ValueError, match="step_s"):
+        Efficiency("x", step_s=(("vllm", -1.0),))
+    with pytest.raises(ValueError, match="unknown block kinds"):
+        Efficiency("x", block_s=(("mlp", 1e-6),))
     with pytest.raises(ValueError, match="no sourced"):
         decode_step("llama-3.1-8b", "a10g", batch=1, context_tokens=1)
+    with pytest.raises(ValueError, match="max_batched_tokens"):
+        serving_steps("llama-3.1-8b", "h100-sxm", batch=64, input_tokens=100, output_tokens=10,
+                      max_batched_tokens=64)
     with pytest.raises(KeyError):
         critical_batch("h1000")
     with pytest.raises(TypeError):
         decode_step("llama-3.1-8b", "h100-sxm", batch=1, context_tokens=1, efficiency=0.5)
+    assert math.isfinite(allreduce_time_s("b200", 2, 0.0))

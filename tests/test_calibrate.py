@@ -1,0 +1,189 @@
+"""kvlib.calibrate: the measured points, the split, the fit that CALIBRATED ships, the bands."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlib import calibrate, roofline
+from kvlib.registry import data_dir
+from kvlib.roofline import CALIBRATED, Efficiency
+
+
+@pytest.fixture(scope="module")
+def points() -> pd.DataFrame:
+    return calibrate.speed_points()
+
+
+@pytest.fixture(scope="module")
+def results() -> pd.DataFrame:
+    return calibrate.validate()
+
+
+def test_the_shipped_constants_are_the_train_half_fit():
+    assert calibrate.fit_train_half() == CALIBRATED
+
+
+def test_the_error_band_file_is_current(results):
+    stored = pd.read_csv(data_dir() / calibrate.BANDS_FILE, keep_default_na=False,
+                         dtype={"batch_range": str})
+    pd.testing.assert_frame_equal(calibrate.error_bands(results), stored, check_dtype=False)
+
+
+def test_modern_points_cover_what_the_issue_asks(points):
+    decode = points[points["role"].isin(["train", "test"])]
+    assert len(decode) >= 60
+    assert set(decode["tp"]) >= {1, 2, 4, 8}
+    assert decode["gpu"].nunique() >= 4 and {"mi300x", "mi355x"} <= set(decode["gpu"])
+    dense = decode["model"].map(lambda m: roofline.blocks(m).moe_ffn == 0)
+    assert dense.any() and (~dense).any()
+    assert decode["concurrency"].min() == 1 and decode["concurrency"].max() >= 256
+    assert (points["era"] == "history").sum() >= 25  # the older points, reported apart
+    assert set(points["role"]) == {"train", "test", "ttft", "history"}
+
+
+def test_split_is_deterministic_and_covers_every_source(points):
+    roles = calibrate.split(points)
+    shuffled = calibrate.split(points.sample(frac=1, random_state=3))
+    assert roles.equals(shuffled.reindex(points.index))
+    decode = points[roles.isin(["train", "test"])]
+    assert abs((roles == "train").sum() - (roles == "test").sum()) <= 1
+    for _, grp in decode.groupby("source_group"):
+        if len(grp) > 1:
+            assert set(roles[grp.index]) == {"train", "test"}
+
+
+def test_assumptions_are_applied_and_stated(points):
+    nim = points[points["engine_label"].str.startswith("NVIDIA NIM")]
+    assert set(nim["engine"]) == {"tensorrt-llm"} and set(nim["kv_dtype"]) == {"fp8"}
+    nvfp4 = points[points["weight_format"] == "experts=nvfp4"]
+    assert len(nvfp4) > 0 and set(nvfp4["model"]) == {"deepseek-r1"}
+    excluded = calibrate.excluded_points()
+    assert excluded["reason"].str.contains("FLOP/s").all()  # only the RTX 3090 rows
+
+
+def test_parts_reproduce_the_roofline(points):
+    # a serving TPOT is the mean step of roofline.serving_steps at the capped batch
+    point = points.loc[points[(points["mode"] == "serving")
+                              & (points["metric"] == "time_per_output_token_s")].index[0]]
+    parts = calibrate.parts(point)
+    s = roofline.serving_steps(point["model"], point["gpu"], batch=parts.batch,
+                               input_tokens=int(point["input_tokens"]),
+                               output_tokens=int(point["output_tokens"]), n_gpus=int(point["tp"]),
+                               weight_dtype=calibrate._weight_format(point["weight_format"]),
+                               kv_dtype=point["kv_dtype"], engine=point["engine"],
+                               efficiency=CALIBRATED)
+    assert parts.seconds(CALIBRATED) == pytest.approx(s.tpot_s, rel=1e-9)
+    # a static batch's latency is one prefill plus its decode steps
+    static = points.loc[points[points["metric"] == "batch_latency_s"].index[0]]
+    seconds = roofline.generation_time_s(
+        static["model"], static["gpu"], batch=int(static["concurrency"]),
+        prompt_tokens=int(static["input_tokens"]), output_tokens=int(static["output_tokens"]),
+        n_gpus=int(static["tp"]), weight_dtype=calibrate._weight_format(static["weight_format"]),
+        kv_dtype=static["kv_dtype"], engine=static["engine"], efficiency=CALIBRATED)
+    assert calibrate.parts(static).seconds(CALIBRATED) == pytest.approx(seconds, rel=1e-9)
+
+
+def test_a_client_beyond_the_pool_decodes_what_the_pool_holds(points):
+    p = points.loc[points.index[0]].copy()
+    p["model"], p["gpu"], p["tp"], p["weight_format"], p["kv_dtype"] = (
+        "llama-3.1-8b", "h100-sxm", 1, "bf16", "bf16")
+    p["input_tokens"], p["output_tokens"], p["concurrency"] = 7168, 1024, 1000
+    # 26,320 blocks of 16 tokens ÷ 512 blocks per 8,192-token request = 51.4 requests
+    assert calibrate.decode_batch(p) == 51
+    p["concurrency"] = 8
+    assert calibrate.decode_batch(p) == 8
+
+
+def test_fit_recovers_known_constants(points):
+    truth = Efficiency("truth", bandwidth=0.85, kv_bandwidth=0.6, compute=0.5,
+                       step_s=(("sglang", 2e-3), ("tensorrt-llm", 1e-3), ("vllm", 1.5e-3)),
+                       block_s=(("attention", 0.0), ("mla", 60e-6), ("recurrent", 0.0),
+                                ("dense_ffn", 30e-6), ("moe_ffn", 20e-6)),
+                       communication=True)
+    decode = points[points["role"].isin(["train", "test"]) & points["gpu"].isin(
+        ["h100-sxm", "h200", "b200"])]
+    chosen = decode.groupby(["engine", "model"]).head(6).index
+    parts = {i: calibrate.parts(points.loc[i]) for i in chosen}
+    fitted = calibrate.fit(parts, {i: p.predict(truth) for i, p in parts.items()})
+    assert (fitted.bandwidth, fitted.kv_bandwidth, fitted.compute) == (0.85, 0.6, 0.5)
+    for (name, value), (_, expected) in zip(fitted.step_s, truth.step_s):
+        assert value == pytest.approx(expected, abs=2e-6), name
+    for (name, value), (_, expected) in zip(fitted.block_s, truth.block_s):
+        assert value == pytest.approx(expected, abs=2e-7), name
+
+
+def test_nnls_known_answer():
+    # min |a·x − b| with x ≥ 0: a = I, b = (1, −2) → x = (1, 0)
+    a, b = np.eye(2), np.array([1.0, -2.0])
+    assert np.allclose(calibrate.nnls(a.T @ a, a.T @ b), [1.0, 0.0])
+    # unconstrained optimum already positive: x = (2, 3)
+    b = np.array([2.0, 3.0])
+    assert np.allclose(calibrate.nnls(a.T @ a, a.T @ b, start=[0, 1]), [2.0, 3.0])
+
+
+def test_fit_refuses_what_it_cannot_use():
+    with pytest.raises(ValueError, match="no points"):
+        calibrate.fit({}, {})
+
+
+def test_validation_errors_are_relative_to_the_measurement(results):
+    row = results.iloc[0]
+    assert row["error"] == pytest.approx(row["predicted"] / row["value"] - 1)
+    assert results["predicted"].notna().all() and (results["predicted"] > 0).all()
+    test = results[results["role"] == "test"]
+    # the datasheet roofline is an upper bound on speed: it predicts too little time
+    assert (test["datasheet_error"] < 0).mean() > 0.95
+
+
+def test_error_summary_by_hand():
+    df = pd.DataFrame({"error": [0.1, -0.2, 0.5, -0.05], "tp": [1, 1, 2, 2]})
+    s = calibrate.error_summary(df)
+    # |errors| 0.05, 0.1, 0.2, 0.5 → median 0.15; one of four beyond 40 %
+    assert s.loc[0, "median_abs_error"] == pytest.approx(0.15)
+    assert s.loc[0, "beyond_40"] == 0.25 and s.loc[0, "worst_abs_error"] == 0.5
+    by = calibrate.error_summary(df, ["tp"]).set_index("group")
+    assert by.loc[2, "median_abs_error"] == pytest.approx(0.275)
+
+
+def test_error_band_lookup():
+    band = calibrate.error_band(2, 4)
+    assert band.tp == 2 and band.batch_range == "2–8" and band.n >= calibrate.MIN_BAND_POINTS
+    assert band.low <= 0 <= band.high
+    lo, hi = band.speed_range(100.0)
+    assert (lo, hi) == pytest.approx((100 * (1 + band.low), 100 * (1 + band.high)))
+    assert band.cost_range(1.0) == pytest.approx((1 / (1 + band.high), 1 / (1 + band.low)))
+    assert calibrate.error_band(3, 4).scope == "every held-out point"
+    with pytest.raises(ValueError, match="tp"):
+        calibrate.error_band(0, 4)
+    with pytest.raises(ValueError, match="batch"):
+        calibrate.error_band(1, 0)
+
+
+@pytest.mark.parametrize("batch, label", [(1, "1"), (2, "2–8"), (32, "9–32"), (129, "129–512"),
+                                          (4096, "513–4096")])
+def test_batch_ranges(batch, label):
+    assert calibrate.batch_range(batch) == label
+
+
+def test_unknown_source_and_engine_are_rejected():
+    with pytest.raises(ValueError, match="unknown source"):
+        calibrate._group("Some vendor's slides", calibrate.SOURCE_GROUPS, "source")
+    with pytest.raises(ValueError, match="ENGINES"):
+        calibrate._group("MLC-LLM", calibrate.ENGINES, "engine")
+
+
+def test_leave_one_source_out_refits_without_the_source(points):
+    groups = ["Vultr inference cookbook", "AccelMark leaderboard"]  # the two smallest
+    loso = calibrate.leave_one_source_out(groups)
+    decode = points[points["role"].isin(["train", "test"])]
+    assert set(loso["source_group"]) == set(groups)
+    counts = decode["source_group"].value_counts()
+    assert len(loso) == counts[groups].sum()
+    sizes = loso.groupby("source_group")["fitted_without"].first()
+    assert all(sizes[g] == len(decode) - counts[g] for g in groups)
+    assert math.isfinite(loso["error"].abs().median())
+    with pytest.raises(KeyError, match="no modern decode points"):
+        calibrate.leave_one_source_out(["Some blog"])

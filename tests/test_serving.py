@@ -1,0 +1,61 @@
+"""kvlib.serving: the one serving pipeline (model × GPU × TP × precisions × lengths × price)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvlib import calibrate, serving
+from kvlib.registry import load_model
+from kvlib.serving import BatchTooLarge, DoesNotFit, serving_point
+
+
+def test_a_fixed_degree_and_batch():
+    p = serving_point("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=512,
+                      n_gpus=2, weight_dtype="fp8", batch=8)
+    assert (p.n_gpus, p.batch, p.weight_format) == (2, 8, "fp8")
+    assert p.tokens_per_s == pytest.approx(8 / p.tpot_s)
+    assert p.per_user_tokens_per_s == pytest.approx(1 / p.tpot_s)
+    assert p.ttft_s > 0 and p.context_tokens == 2560
+    assert p.band == calibrate.error_band(2, 8)
+
+
+def test_refusals_are_typed():
+    with pytest.raises(DoesNotFit) as exc:
+        serving_point("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=512, n_gpus=1)
+    assert (exc.value.model, exc.value.gpu, exc.value.context_tokens) == (
+        "llama-3.1-70b", "h100-sxm", 2560)
+    with pytest.raises(BatchTooLarge) as big:
+        serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024, batch=500)
+    assert big.value.batch == 500 and 51 < big.value.max_concurrency < 52
+    with pytest.raises(ValueError, match="input_tokens"):
+        serving_point("llama-3.1-8b", "h100-sxm", input_tokens=0, output_tokens=10)
+    with pytest.raises(ValueError, match="batch"):
+        serving_point("llama-3.1-8b", "h100-sxm", input_tokens=10, output_tokens=10, batch=0)
+
+
+def test_input_and_output_prices_add_up_to_the_all_in_price():
+    p = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024)
+    per_input, per_output = p.dollars_per_million_split(2.90)
+    # one request: 7,168 input tokens at the first price + 1,024 output tokens at the second
+    # costs what 1,024 output tokens cost when all GPU time is charged to output
+    request = 7168 * per_input + 1024 * per_output
+    assert request == pytest.approx(1024 * p.dollars_per_million(2.90), rel=1e-12)
+    assert 0 < per_input < per_output
+
+
+def test_degrees_the_hardware_or_the_heads_refuse_are_skipped():
+    assert serving.supports_tp(load_model("llama-3.1-8b"), 2)
+    assert not serving.supports_tp(load_model("llama-3.1-8b"), 3)  # 32 query heads, 8 KV heads
+    # GH200 has no sourced GPU-to-GPU link: only one GPU is tried
+    p = serving_point("llama-3.1-70b", "gh200", input_tokens=2048, output_tokens=512)
+    assert not p.fits
+    assert serving_point("llama-3.1-8b", "gh200", input_tokens=2048, output_tokens=512).n_gpus == 1
+
+
+def test_format_label():
+    assert serving.format_label("fp8") == "fp8"
+    assert serving.format_label({"experts": "mxfp4"}) == "experts mxfp4, rest bf16"
+    assert math.isfinite(serving_point("gpt-oss-120b", "h200", input_tokens=1024,
+                                       output_tokens=1024,
+                                       weight_dtype={"experts": "mxfp4"}).tokens_per_s)
