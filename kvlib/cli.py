@@ -15,8 +15,9 @@ EXAMPLES = """examples:
   kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8
   kvlib kv ./config.json --tokens 8192
   kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
-  kvlib fit llama-3.1-70b h100-sxm --tp 2 --context 8192 --json
+  kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
   kvlib cost --price 2.90 --tps 1000
+  kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
   kvlib recheck a07 a12
   kvlib models
 """
@@ -96,18 +97,87 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         rows.append(("does not fit", "weights and start-up overheads leave "
                      f"{pool.available_kv_bytes / GIB:,.2f} GiB per GPU for the KV cache; "
                      "try a larger --tp or smaller --weight-dtype"))
+    else:
+        point = _serving(m, args)
+        data["speed"] = _speed_data(point)
+        rows += _speed_rows(point)
     return data, _table(rows)
+
+
+def _serving(model: Any, args: argparse.Namespace):
+    """The serving pipeline for the command's model, GPU, degree, formats and lengths."""
+    from .serving import serving_point
+
+    output = args.output_tokens or min(1024, args.context // 2)
+    if not 0 < output < args.context:
+        raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
+    return serving_point(model, args.gpu, input_tokens=args.context - output,
+                         output_tokens=output, n_gpus=args.tp, weight_dtype=args.weight_dtype,
+                         kv_dtype=args.kv_dtype, gpu_memory_utilization=args.util)
+
+
+def _speed_data(point: Any) -> dict[str, Any]:
+    band = point.band
+    return {"input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
+            "batch": point.batch, "tpot_s": point.tpot_s, "ttft_s": point.ttft_s,
+            "tokens_per_s": point.tokens_per_s,
+            "per_user_tokens_per_s": point.per_user_tokens_per_s,
+            "tokens_per_s_range": list(band.speed_range(point.tokens_per_s)),
+            "error_band": {"scope": band.scope, "points": band.n,
+                           "median_abs_error": band.median_abs_error, "low": band.low,
+                           "high": band.high}}
+
+
+def _speed_rows(point: Any) -> list[tuple[str, str]]:
+    band = point.band
+    lo, hi = band.speed_range(point.tokens_per_s)
+    return [
+        ("decode batch", f"{point.batch} requests of {point.input_tokens:,} + "
+                         f"{point.output_tokens:,} tokens (vLLM, calibrated roofline)"),
+        ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "
+                  f"tok/s per user, first token after {point.ttft_s:,.2f} s"),
+        ("model error", f"held-out {band.scope} ({band.n} points): median {band.median_abs_error:.0%},"
+                        f" 80 % within {band.low:+.0%} … {band.high:+.0%} → "
+                        f"{lo:,.0f}–{hi:,.0f} tok/s"),
+    ]
 
 
 def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from .cost import cost_per_million_tokens
 
+    if (args.tps is None) == (args.model is None):
+        raise _UsageError("give either --tps or a model and a GPU")
+    if args.model is not None:
+        if args.gpu is None:
+            raise _UsageError("the following arguments are required: gpu")
+        return _cost_of(args)
     dollars = cost_per_million_tokens(args.price, args.tps)
     data = {"dollars_per_hour": args.price, "tokens_per_second": args.tps,
             "dollars_per_million_tokens": dollars}
     text = _table([("price", f"${args.price:,.2f} per hour"), ("throughput", f"{args.tps:,g} tok/s"),
                    ("cost", f"${dollars:,.2f} per 1M tokens")])
     return data, text
+
+
+def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
+    m = _load(args.model)
+    point = _serving(m, args)
+    dollars = point.dollars_per_million(args.price)
+    per_input, per_output = point.dollars_per_million_split(args.price)
+    lo, hi = point.band.cost_range(dollars)
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
+            "dollars_per_gpu_hour": args.price, "dollars_per_hour": args.price * args.tp,
+            **_speed_data(point), "dollars_per_million_tokens": dollars,
+            "dollars_per_million_tokens_range": [lo, hi],
+            "dollars_per_million_input_tokens": per_input,
+            "dollars_per_million_output_tokens": per_output}
+    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} at ${args.price:,.2f} per GPU-hour"),
+            *_speed_rows(point),
+            ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
+            ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
+                              "output tokens")]
+    return data, _table(rows)
 
 
 def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
@@ -162,10 +232,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     p.add_argument("--weight-dtype", default="bf16", help="weight dtype (default bf16)")
     p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="generated tokens of a request (default min(1024, context ÷ 2))")
 
-    p = command("cost", _cost, "$ per 1M tokens from $/hour and tokens/s")
-    p.add_argument("--price", type=float, required=True, help="dollars per hour")
-    p.add_argument("--tps", type=float, required=True, help="tokens per second")
+    p = command("cost", _cost, "$ per 1M tokens from $/hour and tokens/s, or for a model on a GPU")
+    p.add_argument("model", nargs="?", help="registry slug or config.json (instead of --tps)")
+    p.add_argument("gpu", nargs="?", help="GPU slug, with a model")
+    p.add_argument("--price", type=float, required=True,
+                   help="dollars per hour (with a model: per GPU-hour)")
+    p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="generated tokens of a request (default min(1024, context ÷ 2))")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--weight-dtype", default="bf16", help="weight dtype (default bf16)")
+    p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
 
     p = command("recheck", _recheck, "recheck published claims from data/claims/")
     p.add_argument("ids", nargs="*", help="claim ids (default: all)")

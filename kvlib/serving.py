@@ -31,7 +31,7 @@ from .capacity import VLLM_DEFAULT_UTILIZATION_OLD, kv_pool
 from .cost import cost_per_million_tokens
 from .hardware import load_gpu
 from .model import Model
-from .registry import load_model, model_record
+from .registry import load_model
 from .roofline import CALIBRATED, Efficiency, serving_steps
 
 #: Tensor-parallel degrees tried, smallest first (one 8-GPU server at most).
@@ -151,14 +151,14 @@ def supports_tp(model: Model, tp: int) -> bool:
     return True
 
 
-def serving_point(model: str, gpu: str, *, input_tokens: int, output_tokens: int,
+def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tokens: int,
                   n_gpus: int | None = None, batch: int | None = None,
                   tp_degrees: Sequence[int] = TP_DEGREES,
                   gpu_memory_utilization: float = VLLM_DEFAULT_UTILIZATION_OLD,
                   kv_dtype: str = "bf16", weight_dtype: str | Mapping[str, str] = "bf16",
                   engine: str = "vllm", efficiency: Efficiency = CALIBRATED) -> ServingPoint:
-    """The answer for one registry ``model`` on ``gpu`` with requests of ``input_tokens`` +
-    ``output_tokens`` (see the module docstring).
+    """The answer for ``model`` (a registry slug or a ``Model``) on ``gpu`` with requests of
+    ``input_tokens`` + ``output_tokens`` (see the module docstring).
 
     n_gpus: a fixed tensor-parallel degree (None: the smallest of ``tp_degrees`` that fits);
     batch: requests in flight (None: as many as the pool holds; BatchTooLarge if it does not
@@ -176,9 +176,10 @@ def serving_point(model: str, gpu: str, *, input_tokens: int, output_tokens: int
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     wd = weight_dtype
-    m, g = load_model(model), load_gpu(gpu)
+    m, g = (model if isinstance(model, Model) else load_model(model)), load_gpu(gpu)
+    slug = model if isinstance(model, str) else m.name
     context = input_tokens + output_tokens
-    base = dict(model=model, model_name=model_record(model).get("name", model), gpu=gpu,
+    base = dict(model=slug, model_name=m.name, gpu=gpu,
                 gpu_name=g.name, input_tokens=input_tokens, output_tokens=output_tokens,
                 weight_format=format_label(wd), kv_dtype=kv_dtype,
                 gpu_memory_utilization=float(gpu_memory_utilization), engine=engine)
@@ -205,7 +206,7 @@ def serving_point(model: str, gpu: str, *, input_tokens: int, output_tokens: int
                             kv_bytes_per_gpu=pool.kv_bytes_per_gpu,
                             band=calibrate.error_band(tp, running))
     if n_gpus is not None:
-        raise DoesNotFit(model, gpu, context, degrees)
+        raise DoesNotFit(slug, gpu, context, degrees)
     return ServingPoint(**base, n_gpus=0, max_concurrency=0.0, batch=0, tpot_s=0.0, ttft_s=0.0,
                         tokens_per_s=0.0, per_user_tokens_per_s=0.0, prefill_time_share=0.0,
                         bound="", kv_bytes_per_gpu=0, band=None)

@@ -60,6 +60,36 @@ def test_fit_by_hand():
     assert "requests of 8,192 tokens  51.41" in text
 
 
+def test_fit_reports_speed_per_user_and_the_error_band():
+    from kvlib.calibrate import error_band
+    from kvlib.serving import serving_point
+
+    data = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--json").stdout)["speed"]
+    # 8,192 tokens: 1,024 generated (the default) and 7,168 of prompt; the pool holds 51
+    point = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024)
+    assert (data["input_tokens"], data["output_tokens"], data["batch"]) == (7168, 1024, 51)
+    assert data["tokens_per_s"] == pytest.approx(point.tokens_per_s)
+    assert data["per_user_tokens_per_s"] == pytest.approx(1 / data["tpot_s"])
+    band = error_band(1, 51)
+    assert data["error_band"]["scope"] == band.scope
+    assert data["tokens_per_s_range"] == pytest.approx(list(band.speed_range(point.tokens_per_s)))
+    text = run("fit", "llama-3.1-8b", "h100-sxm").stdout
+    assert "tok/s per user" in text and f"held-out {band.scope}" in text
+
+
+def test_cost_of_a_model_on_a_gpu():
+    data = json.loads(run("cost", "llama-3.1-70b", "h100-sxm", "--tp", "4", "--price", "3",
+                          "--json").stdout)
+    # $3 per GPU-hour × 4 GPUs ÷ (tokens/s × 3,600) × 10⁶
+    assert data["dollars_per_hour"] == 12
+    assert data["dollars_per_million_tokens"] == pytest.approx(12 / (data["tokens_per_s"] * 3600) * 1e6)
+    lo, hi = data["dollars_per_million_tokens_range"]
+    assert lo < data["dollars_per_million_tokens"] < hi
+    assert data["dollars_per_million_input_tokens"] < data["dollars_per_million_output_tokens"]
+    assert "per 1M output tokens (held-out range" in run(
+        "cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9").stdout
+
+
 def test_fit_tensor_parallel_and_no_fit():
     data = json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "4", "--json").stdout)
     per_token = 2 * 80 * (8 // 4) * 128 * 2  # 80 layers, 2 of the 8 KV heads per GPU: 81,920 B
@@ -95,6 +125,10 @@ def test_cost_by_hand():
     (("cost", "--price", "2", "--tps", "-5"), "tokens_per_second must be positive"),
     (("cost", "--price", "nan", "--tps", "5"), "dollars_per_hour must be positive and finite"),
     (("cost", "--tps", "5"), "required: --price"),
+    (("cost", "--price", "2"), "either --tps or a model"),
+    (("cost", "llama-3.1-8b", "--price", "2"), "required: gpu"),
+    (("cost", "llama-3.1-70b", "h100-sxm", "--price", "2"), "does not fit"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--output-tokens", "9000"), "--output-tokens"),
 ])
 def test_fit_and_cost_bad_input_exits_2_with_one_line(args, needle):
     test_bad_input_exits_2_with_one_line(args, needle)
