@@ -19,8 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "book" / "fork.md"
-CH4_PARAMETERS = ("model", "gpu", "dollars_per_hour", "context_tokens", "gpu_memory_utilization",
-                  "weight_dtype", "kv_dtype")
+CH4_PARAMETERS = ("model", "gpu", "dollars_per_hour", "context_tokens", "output_tokens",
+                  "gpu_memory_utilization", "weight_dtype", "kv_dtype")
 
 
 def blocks() -> dict[str, str]:
