@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from .hardware import GPU, load_gpu
+from .hf_config import Architecture
 from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bytes
@@ -350,37 +351,37 @@ def _resolve_gpu(gpu: GPU | str) -> GPU:
     raise TypeError(f"gpu must be a GPU or a slug from data/gpus.csv, got {type(gpu)!r}")
 
 
-def activation_width(counts: ParamCounts, config: Mapping[str, Any], tp: int) -> int:
+def activation_width(counts: ParamCounts, arch: Architecture, tp: int) -> int:
     """Elements per token of the widest activation a forward pass holds on one GPU
-    (hidden state + the widest intermediate; see ``Overheads.forward_factor``)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    hidden = int(text.get("hidden_size") or text.get("d_model") or text.get("n_embd"))
+    (hidden state + the widest intermediate; see ``Overheads.forward_factor``): 2·I/tp for a
+    dense MLP, top-k·2·I_moe/tp (+ 2·shared/tp) for MoE, (heads + 2·KV heads)·H/tp for softmax
+    attention and heads·(d_nope + d_R)/tp + r + d_R for an MLA layer's query and latent."""
+    hidden = arch.hidden_size
+    if hidden is None:
+        raise ValueError(f"{arch.name}: config field 'hidden_size' is missing (needed for the "
+                         "activation peak)")
     widths = []
-    inter = text.get("intermediate_size") or text.get("ffn_dim")
-    if counts.components.get("mlp") and inter:
-        widths.append(2 * int(inter) / tp)
-    if counts.n_experts:
-        moe = int(text.get("moe_intermediate_size") or text.get("intermediate_size"))
-        shared = int(text.get("shared_expert_intermediate_size")
-                     or text.get("moe_shared_expert_intermediate_size")
-                     or (text.get("n_shared_experts") or 0) * moe)
-        widths.append((counts.experts_per_token * 2 * moe + 2 * shared) / tp)
-    heads = text.get("num_attention_heads") or text.get("n_head")
-    if heads:
-        hd = text.get("head_dim") or hidden // int(heads)
-        kv = text.get("num_key_value_heads") or heads
-        widths.append((int(heads) + 2 * int(kv)) * int(hd) / tp)
+    if counts.components.get("mlp") and arch.mlp is not None and arch.mlp.intermediate_size:
+        widths.append(2 * arch.mlp.intermediate_size / tp)
+    if counts.n_experts and arch.moe is not None and arch.moe.intermediate_size:
+        moe = arch.moe
+        widths.append((counts.experts_per_token * 2 * moe.intermediate_size
+                       + 2 * (moe.shared_intermediate_size or 0)) / tp)
+    att = arch.attention
+    if att is not None:
+        widths.append((att.n_heads + 2 * att.n_kv_heads) * att.head_dim / tp)
+    mla = arch.mla
+    if mla is not None:
+        q_dim = (mla.qk_nope_head_dim or 0) + mla.qk_rope_head_dim
+        widths.append(mla.n_heads * q_dim / tp + mla.kv_lora_rank + mla.qk_rope_head_dim)
     return math.ceil(hidden + max(widths, default=0))
 
 
-def _vocab(config: Mapping[str, Any]) -> int:
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    vocab = text.get("vocab_size") or config.get("vocab_size")
-    if vocab is None and str(text.get("model_type")) == "gemma3_text":
-        vocab = 262_208
-    if vocab is None:
-        raise ValueError("config field 'vocab_size' is missing (needed for the sampler peak)")
-    return int(vocab)
+def _vocab(arch: Architecture) -> int:
+    if arch.vocab_size is None:
+        raise ValueError(f"{arch.name}: config field 'vocab_size' is missing (needed for the "
+                         "sampler peak)")
+    return arch.vocab_size
 
 
 def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
@@ -418,9 +419,12 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     counts = params_for(m)
     weights = (weight_bytes(counts, weight_dtype, tp) if weights_bytes_per_gpu is None
                else int(weights_bytes_per_gpu))
-    config = m.config
-    forward = int(overheads.forward_factor * mnbt * activation_width(counts, config, tp) * 2)
-    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(config) * 4)
+    arch = m.architecture
+    if arch is None:
+        raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
+                         "config.json fields (build it with Model.from_hf_config)")
+    forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
+    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
     non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
     total = g.usable_memory_bytes
     budget = int(total * gpu_memory_utilization)

@@ -23,12 +23,12 @@ transformers 5.24.0).
 """
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .hf_config import transformers_config
 from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
 from .registry import model_record
@@ -51,45 +51,13 @@ ARCHITECTURES: dict[str, str] = {
     "nemotron-3-nano-30b-a3b": "Mamba-2 hybrid",
 }
 
-#: Config keys that describe weights, remote code or quantized checkpoints, not the cache; they
-#: are dropped before building the transformers model (``from_config`` builds no weights).
-_DROPPED_KEYS = ("auto_map", "quantization_config", "_name_or_path")
-#: Falcon's original "RefinedWebModel" configs use names transformers no longer reads.
-_RW_RENAMES = {"n_head": "num_attention_heads", "n_layer": "num_hidden_layers"}
-_LAYER_LISTS = ("layer_types",)
-
-
-def _text(config: dict[str, Any]) -> dict[str, Any]:
-    inner = config.get("text_config")
-    return inner if isinstance(inner, dict) and inner.get("num_hidden_layers") else config
-
-
 def hf_config_dict(slug: str, n_layers: int | None = None) -> dict[str, Any]:
-    """The registry config of ``slug`` as transformers reads it, optionally cut to ``n_layers``.
-
-    Cutting keeps the first ``n_layers`` entries of every per-layer list (``layer_types``,
-    ``hybrid_override_pattern``) so each kept layer has its true geometry.
-    """
-    config = copy.deepcopy(dict(model_record(slug)["config"]))
-    for key in _DROPPED_KEYS:
-        config.pop(key, None)
-    if config.get("model_type") == "RefinedWebModel":
-        config["model_type"] = "falcon"
-        for old, new in _RW_RENAMES.items():
-            if old in config:
-                config[new] = config.pop(old)
-    if n_layers is not None:
-        text = _text(config)
-        total = text["num_hidden_layers"]
-        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 0 < n_layers <= total:
-            raise ValueError(f"{slug}: n_layers must be in 1..{total}, got {n_layers!r}")
-        text["num_hidden_layers"] = n_layers
-        for key in _LAYER_LISTS:
-            if isinstance(text.get(key), list):
-                text[key] = text[key][:n_layers]
-        if isinstance(text.get("hybrid_override_pattern"), str):
-            text["hybrid_override_pattern"] = text["hybrid_override_pattern"][:n_layers]
-    return config
+    """The registry config of ``slug`` as transformers reads it, optionally cut to ``n_layers``
+    (:func:`kvlib.hf_config.transformers_config`)."""
+    try:
+        return transformers_config(model_record(slug)["config"], n_layers)
+    except ValueError as exc:
+        raise ValueError(f"{slug}: {exc}") from None
 
 
 def kvlib_model(slug: str, n_layers: int | None = None) -> Model:

@@ -163,8 +163,7 @@ def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) ->
             v = layer.v_head_dim or layer.head_dim
             total += 2 * heads * (layer.head_dim + v) * held / tp
         elif isinstance(layer, MLALayer):
-            mla_heads = int(model.config.get("num_attention_heads", heads) or 0)
-            total += 2 * mla_heads * (2 * layer.kv_lora_rank + layer.rope_dim) * context_tokens / tp
+            total += 2 * heads * (2 * layer.kv_lora_rank + layer.rope_dim) * context_tokens / tp
         elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
             total += 4 * layer.state_elements(tp)
     return total

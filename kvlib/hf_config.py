@@ -1,0 +1,595 @@
+"""The one reader of a Hugging Face ``config.json``: a typed, immutable architecture record.
+
+``read_config(config, name)`` turns a published config (as a dict) into an :class:`Architecture`:
+one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
+shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet), the MLP/MoE shapes,
+vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.params`` (the
+parameter counts), ``kvlib.capacity`` (the activation width, the vocabulary) and
+``kvlib.crosscheck`` all work from this record; no other module reads config keys.
+
+Field spellings follow what transformers reads (``n_head``/``num_attention_heads``, ...); where a
+published config omits a field that transformers fills in with a class default, the default is
+applied here, once, with the transformers file it comes from. A field that is present but not a
+positive integer, or a layer pattern that disagrees with ``num_hidden_layers``, raises ValueError
+naming the model and the field.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .checks import integer
+from .units import HF_DTYPE_NAMES
+
+#: The most decoder layers a config may declare. Far above any published decoder (Llama-3.1-405B
+#: has 126); a larger count is refused at once instead of building millions of layer records.
+MAX_LAYERS = 10_000
+
+Mixer = Literal["full", "sliding", "mla", "mamba2", "gated_deltanet", "none"]
+FeedForwardKind = Literal["dense", "moe", "none"]
+
+#: transformers class defaults for fields some published configs omit: Gemma-3's text config has
+#: no ``vocab_size`` (``Gemma3TextConfig``: 262,208) and no ``hidden_activation``
+#: (transformers 5.24.0, models/gemma3/configuration_gemma3.py).
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
+}
+
+_LAYER_TYPE_NAMES: dict[str, Mixer] = {
+    "full_attention": "full", "attention": "full", "global": "full",
+    "sliding_attention": "sliding", "sliding_window": "sliding", "local": "sliding",
+    "linear_attention": "gated_deltanet", "mamba": "mamba2",
+}
+#: Nemotron-H ``hybrid_override_pattern``: M Mamba-2, * attention, - MLP, E MoE; each character is a
+#: block holding a mixer or a feed-forward part, never both.
+_NEMOTRON_BLOCKS: dict[str, tuple[Mixer, FeedForwardKind]] = {
+    "M": ("mamba2", "none"), "*": ("full", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
+#: Fields that change the cache geometry in ways kvlib does not model: a config carrying one is
+#: refused rather than silently mis-sized (MiMo-V2 separate SWA geometry, Gemma-4 global heads).
+_UNSUPPORTED_FIELDS = ("hybrid_layer_pattern", "swa_num_key_value_heads", "global_head_dim",
+                       "attention_k_eq_v", "num_global_key_value_heads")
+
+
+# --- the record -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer: its token mixer and its feed-forward block.
+
+    mixer: ``full``/``sliding`` softmax attention, ``mla`` latent attention, ``mamba2`` or
+    ``gated_deltanet`` recurrent mixers, ``none`` (an MLP/MoE-only block); ffn: ``dense`` MLP,
+    ``moe`` routed experts, ``none`` (a mixer-only block).
+    """
+
+    mixer: Mixer
+    ffn: FeedForwardKind
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Softmax attention shared by the attention layers (MHA/GQA/MQA, full or windowed).
+
+    n_heads: query heads; n_kv_heads: KV heads (K); head_dim: H; sliding_window: W of the
+    ``sliding`` layers (tokens), None without one; qkv_bias/o_bias: projection biases; qk_norm:
+    ``per_head`` (a norm of H values on q and on k) or ``per_layer`` (over all heads, MiniMax);
+    sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
+    (Qwen3-Next/3.5: q projection twice as wide).
+    """
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    sliding_window: int | None = None
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: Literal["per_head", "per_layer"] | None = None
+    sinks: bool = False
+    output_gate: bool = False
+
+
+@dataclass(frozen=True)
+class Indexer:
+    """DeepSeek-V3.2's lightning indexer: n_heads query heads of head_dim, top-k selection."""
+
+    n_heads: int
+    head_dim: int
+    topk: int | None = None
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): n_heads query heads, an optional
+    q low-rank (q_lora_rank), the KV latent (kv_lora_rank), per-head no-RoPE and RoPE q/k dims,
+    the per-head V dim, and the V3.2 indexer when present."""
+
+    n_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int
+    v_head_dim: int | None
+    indexer: Indexer | None = None
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    """A Mamba-2 mixer (Nemotron-H): n_heads × head_dim inner channels, state_size per head,
+    n_groups B/C groups, a causal conv of conv_kernel taps (+ conv_bias), projection biases."""
+
+    n_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    """A Gated DeltaNet linear-attention mixer (Qwen3-Next, Qwen3.5)."""
+
+    n_k_heads: int
+    n_v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
+class MLP:
+    """The dense feed-forward block: intermediate size (None when the config gives none),
+    gated (three matrices, SiLU/GELU-gated) or not (two), with biases or not."""
+
+    intermediate_size: int | None
+    gated: bool
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Routed experts: n_experts per MoE layer, experts_per_token used, each of
+    intermediate_size (gated like the MLP); shared experts of shared_intermediate_size in total
+    (None: none), with a sigmoid gate (shared_gate); a router bias; expert biases (gpt-oss)."""
+
+    n_experts: int
+    experts_per_token: int
+    intermediate_size: int | None
+    shared_intermediate_size: int | None = None
+    shared_gate: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Everything kvlib reads from one config, typed and immutable.
+
+    name: display name; model_type: the config's ``model_type`` ("" when absent); layers: one
+    LayerSpec per decoder layer; hidden_size (None when absent: models sized from explicit head
+    dims need none); vocab_size; tie_word_embeddings; embed_dim: embedding width (OPT's
+    ``word_embed_proj_dim``; else hidden); learned_positions: a learned position table (OPT;
+    RoPE/ALiBi models have none); attention, mla, mamba2,
+    gated_deltanet: the shared geometry of each mixer kind present (None otherwise); mlp, moe: the
+    feed-forward shapes; layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a
+    bias (two vectors per norm); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
+    recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
+    max_position_embeddings; notes: what the parameter count leaves out.
+    """
+
+    name: str
+    model_type: str
+    layers: tuple[LayerSpec, ...]
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = True
+    embed_dim: int | None = None
+    learned_positions: bool = False
+    attention: Attention | None = None
+    mla: MLA | None = None
+    mamba2: Mamba2 | None = None
+    gated_deltanet: GatedDeltaNet | None = None
+    mlp: MLP | None = None
+    moe: MoE | None = None
+    layer_norms: int = 2
+    norm_bias: bool = False
+    dtype: str | None = None
+    ssm_dtype: str | None = None
+    quant_method: str | None = None
+    max_position_embeddings: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers (L)."""
+        return len(self.layers)
+
+    @property
+    def query_heads(self) -> int | None:
+        """Query heads of the attention layers (MLA or softmax), None without attention."""
+        if self.mla is not None:
+            return self.mla.n_heads
+        return self.attention.n_heads if self.attention is not None else None
+
+
+# --- field access -----------------------------------------------------------------------------
+
+class _Fields:
+    """A config dict with look-ups that raise ValueError naming the model and the field."""
+
+    def __init__(self, cfg: Mapping[str, Any], model: str) -> None:
+        self.cfg, self.model = cfg, model
+        self.defaults = _FAMILY_DEFAULTS.get(str(cfg.get("model_type")), {})
+
+    def has(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.cfg.get(key)
+        if value is None:
+            value = self.defaults.get(key)
+        return default if value is None else value
+
+    def field(self, key: str) -> str:
+        return f"{self.model}: config field {key!r}"
+
+    def _int(self, key: str, minimum: int) -> int:
+        value = self.get(key)
+        if (isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral))
+                and math.isfinite(value) and float(value).is_integer()):
+            value = int(value)  # 32.0 (a float that is a whole number) reads as 32
+        bound = MAX_LAYERS if key in _LAYER_COUNT_KEYS else None
+        try:
+            return integer(self.field(key), value, minimum, bound)
+        except ValueError:
+            raise ValueError(f"{self.field(key)} must be an integer >= {minimum}"
+                             + (f" and <= {bound:,}" if bound else "")
+                             + f", got {value!r}") from None
+
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+        """The first of ``keys`` present, as an int >= ``minimum``; else ``default``."""
+        for key in keys:
+            if self.has(key):
+                return self._int(key, minimum)
+        if default is not None:
+            return default
+        raise ValueError(f"{self.model}: config field {' / '.join(map(repr, keys))} is missing")
+
+    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
+        """The first of ``keys`` present, as an int; None when none is."""
+        for key in keys:
+            if self.has(key):
+                return self._int(key, minimum)
+        return None
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A true/false field (absent: ``default``)."""
+        value = self.get(key)
+        return default if value is None else bool(value)
+
+    def text(self, key: str) -> str | None:
+        value = self.get(key)
+        return None if value is None else str(value)
+
+
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def text_config(config: Mapping[str, Any]) -> Any:
+    """The language-model part of a config: ``text_config`` for multimodal wrappers."""
+    inner = config.get("text_config")
+    if isinstance(inner, Mapping) and inner.get("num_hidden_layers") is not None:
+        return inner
+    return config
+
+
+# --- layers -----------------------------------------------------------------------------------
+
+def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedForwardKind]]:
+    """The mixer of each layer (Nemotron-H: the (mixer, feed-forward) block of each layer)."""
+    if c.has("hybrid_override_pattern"):
+        pattern = c.get("hybrid_override_pattern")
+        if not isinstance(pattern, str):
+            raise ValueError(f"{c.field('hybrid_override_pattern')} must be a string of "
+                             f"{''.join(_NEMOTRON_BLOCKS)} characters, got {pattern!r}")
+        unknown = sorted(set(pattern) - set(_NEMOTRON_BLOCKS))
+        if unknown:
+            raise ValueError(f"{c.model}: hybrid_override_pattern has unknown characters {unknown}")
+        return _checked([_NEMOTRON_BLOCKS[ch] for ch in pattern], "hybrid_override_pattern",
+                        n_layers, c)
+    if c.has("layer_types"):
+        types = c.get("layer_types")
+        if not isinstance(types, (list, tuple)):
+            raise ValueError(f"{c.field('layer_types')} must be a list of layer type names, "
+                             f"got {types!r}")
+        bad = [t for t in types if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"{c.field('layer_types')} must hold layer type names (strings), "
+                             f"got {bad[0]!r}")
+        unknown = sorted({t for t in types if t not in _LAYER_TYPE_NAMES})
+        if unknown:
+            raise ValueError(f"{c.model}: layer_types has unknown entries {unknown}")
+        return _checked([_LAYER_TYPE_NAMES[t] for t in types], "layer_types", n_layers, c)
+    if c.has("full_attention_interval"):
+        every = c.int("full_attention_interval")
+        return ["full" if (i + 1) % every == 0 else "gated_deltanet" for i in range(n_layers)]
+    if c.has("sliding_window_pattern"):
+        pattern = c.get("sliding_window_pattern")
+        if isinstance(pattern, str):  # e.g. EXAONE-4 "LLLG": L local, G global, repeating
+            if not pattern or set(pattern) - {"L", "G"}:
+                raise ValueError(f"{c.model}: sliding_window_pattern {pattern!r} must use L and G")
+            return ["sliding" if pattern[i % len(pattern)] == "L" else "full"
+                    for i in range(n_layers)]
+        every = c.int("sliding_window_pattern")  # Gemma-3: every pattern-th layer is global
+        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(n_layers)]
+    if c.get("model_type") == "gemma3_text":
+        # Gemma-3: the published google/gemma-3-27b-it config.json has no sliding_window_pattern
+        # and no layer_types; transformers' Gemma3TextConfig supplies the pattern as a class
+        # default, kwargs.get("sliding_window_pattern", 6): every 6th layer global
+        # (transformers 5.24.0, models/gemma3/configuration_gemma3.py, __post_init__).
+        return ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n_layers)]
+    if c.get("model_type") == "gemma2":  # Gemma-2: even layers local, odd layers global
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    if c.get("use_sliding_window") is True and c.has("max_window_layers"):
+        # Qwen2 convention: layers from max_window_layers on use the window
+        first = c.int("max_window_layers")
+        return ["sliding" if i >= first else "full" for i in range(n_layers)]
+    if c.has("sliding_window"):  # Mistral-7B-v0.1: every layer windowed
+        return ["sliding"] * n_layers
+    return ["full"] * n_layers
+
+
+def _checked(kinds: list, source: str, n_layers: int, c: _Fields) -> list:
+    if len(kinds) != n_layers:
+        raise ValueError(f"{c.model}: {source} describes {len(kinds)} layers but "
+                         f"num_hidden_layers is {n_layers}")
+    return kinds
+
+
+def _n_experts(c: _Fields) -> int:
+    return c.int("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+
+
+def _is_moe_layer(c: _Fields, i: int, n_experts: int, first_dense: int, step: int) -> bool:
+    """Whether layer ``i`` has routed experts (Mixtral/Qwen/DeepSeek conventions)."""
+    if not n_experts:
+        return False
+    if i in (c.get("mlp_only_layers") or []):
+        return False
+    if i < first_dense:
+        return False
+    return (i + 1) % step == 0 if c.get("decoder_sparse_step") else (i - first_dense) % step == 0
+
+
+def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
+    mixers = _mixers(c, n_layers)
+    if c.get("use_sliding_window") is False:  # the window is switched off
+        mixers = ["full" if m == "sliding" else m for m in mixers]
+    mla = c.has("kv_lora_rank")
+    n_experts = _n_experts(c)
+    first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
+    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
+    built: dict[tuple[str, str], LayerSpec] = {}
+    out = []
+    for i, mixer in enumerate(mixers):
+        if isinstance(mixer, tuple):  # a Nemotron-H block
+            mixer, ffn = mixer
+        else:
+            ffn = "moe" if _is_moe_layer(c, i, n_experts, first_dense, step) else "dense"
+        if mla and mixer in ("full", "sliding"):
+            mixer = "mla"
+        key = (mixer, ffn)
+        if key not in built:  # layers of one kind share one record
+            built[key] = LayerSpec(mixer, ffn)
+        out.append(built[key])
+    return tuple(out)
+
+
+# --- geometry ---------------------------------------------------------------------------------
+
+def _attention(c: _Fields, model_type: str, sliding: bool) -> Attention:
+    n_heads = c.int("num_attention_heads", "n_head", "num_heads")
+    if c.has("multi_query") or c.has("new_decoder_architecture"):  # Falcon / GPT-BigCode flags
+        mqa = bool(c.get("multi_query")) and not c.get("new_decoder_architecture")
+    else:
+        mqa = False
+    n_kv = 1 if mqa else c.int("num_key_value_heads", "num_kv_heads", default=n_heads)
+    if c.has("head_dim"):
+        head_dim = c.int("head_dim")
+    else:
+        hidden = c.int("hidden_size", "d_model", "n_embd")
+        if hidden % n_heads:
+            raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by "
+                             f"{n_heads} attention heads and no head_dim is given")
+        head_dim = hidden // n_heads
+    bias_all = c.get("bias") is True
+    qk_norm = None
+    if model_type.startswith(("qwen3", "gemma3")) or c.get("use_qk_norm"):
+        qk_norm = "per_layer" if c.get("qk_norm_type") == "per_layer" else "per_head"
+    return Attention(
+        n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+        sliding_window=c.int("sliding_window") if sliding else None,
+        qkv_bias=bool(c.get("attention_bias") or c.get("qkv_bias") or model_type in ("qwen2", "opt")
+                      or bias_all),
+        o_bias=bool(c.get("attention_bias") or model_type == "opt" or bias_all),
+        qk_norm=qk_norm, sinks=model_type == "gpt_oss",
+        output_gate=model_type.startswith("qwen3_next") or (
+            model_type.startswith("qwen3_5") and c.flag("attn_output_gate", True)))
+
+
+def _mla(c: _Fields) -> MLA:
+    indexer = None
+    if c.has("index_n_heads"):  # DeepSeek-V3.2 lightning indexer
+        indexer = Indexer(n_heads=c.int("index_n_heads"), head_dim=c.int("index_head_dim"),
+                          topk=c.opt_int("index_topk"))
+    return MLA(n_heads=c.int("num_attention_heads"), q_lora_rank=c.opt_int("q_lora_rank"),
+               kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.opt_int("qk_nope_head_dim"),
+               qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.opt_int("v_head_dim"),
+               indexer=indexer)
+
+
+def _mamba2(c: _Fields) -> Mamba2:
+    return Mamba2(n_heads=c.int("mamba_num_heads"), head_dim=c.int("mamba_head_dim"),
+                  state_size=c.int("ssm_state_size"), n_groups=c.int("n_groups"),
+                  conv_kernel=c.int("conv_kernel"), conv_bias=c.flag("use_conv_bias", True),
+                  proj_bias=c.flag("mamba_proj_bias"))
+
+
+def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
+    return GatedDeltaNet(n_k_heads=c.int("linear_num_key_heads"),
+                         n_v_heads=c.int("linear_num_value_heads"),
+                         k_head_dim=c.int("linear_key_head_dim"),
+                         v_head_dim=c.int("linear_value_head_dim"),
+                         conv_kernel=c.int("linear_conv_kernel_dim"))
+
+
+_NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode")
+_NO_GATE_ACTS = ("relu2", "relu", "gelu_new")
+
+
+def _gated(c: _Fields, model_type: str) -> bool:
+    act = str(c.get("hidden_act") or c.get("hidden_activation") or c.get("activation_function")
+              or c.get("mlp_hidden_act") or "silu")
+    return model_type not in _NO_GATE_TYPES and act not in _NO_GATE_ACTS
+
+
+def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
+    inter = c.opt_int("intermediate_size", "ffn_dim")
+    if inter is None and model_type in ("RefinedWebModel", "falcon") and hidden:
+        inter = 4 * hidden  # Falcon's RW configs give no size: the MLP is 4 × hidden
+    return MLP(intermediate_size=inter, gated=gated,
+               bias=bool(model_type == "opt" or c.get("mlp_bias") or c.get("bias") is True))
+
+
+def _moe(c: _Fields, model_type: str) -> MoE | None:
+    n_experts = _n_experts(c)
+    if not n_experts:
+        return None
+    inter = c.opt_int("moe_intermediate_size") or c.opt_int("intermediate_size")
+    shared = c.opt_int("shared_expert_intermediate_size", minimum=0)
+    if shared is None:
+        shared = c.opt_int("moe_shared_expert_intermediate_size", minimum=0)
+    if shared is None and c.get("n_shared_experts") and inter is not None:
+        shared = c.int("n_shared_experts") * inter
+    return MoE(
+        n_experts=n_experts,
+        experts_per_token=c.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0),
+        intermediate_size=inter, shared_intermediate_size=shared or None,
+        shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
+        router_bias=bool(model_type in ("gpt_oss", "nemotron_h") or c.get("use_routing_bias")
+                         or c.get("topk_method") == "noaux_tc"),
+        expert_bias=model_type == "gpt_oss")
+
+
+def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str | None:
+    for cfg in configs:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, str) and value in HF_DTYPE_NAMES:
+                return HF_DTYPE_NAMES[value]
+    return None
+
+
+def _layer_norms(c: _Fields, model_type: str) -> int:
+    """Norm vectors per decoder layer: 2 (pre-attention, pre-MLP); Gemma 4 (pre and post);
+    Falcon-7B's parallel block 1; Nemotron-H's single-mixer blocks 1."""
+    if c.has("hybrid_override_pattern"):
+        return 1
+    if model_type in ("RefinedWebModel", "falcon") and not c.get("new_decoder_architecture"):
+        return 1
+    return 4 if model_type.startswith("gemma") else 2
+
+
+# --- the config as transformers reads it ------------------------------------------------------
+
+#: Keys that describe weights, remote code or quantized checkpoints, not the model's shapes:
+#: dropped before transformers builds the model (``from_config`` builds no weights).
+_WEIGHT_ONLY_KEYS = ("auto_map", "quantization_config", "_name_or_path")
+#: Falcon's original "RefinedWebModel" configs use names transformers no longer reads.
+_RW_RENAMES = {"n_head": "num_attention_heads", "n_layer": "num_hidden_layers"}
+
+
+def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) -> dict[str, Any]:
+    """A copy of ``config`` as transformers 5.x reads it, optionally cut to ``n_layers`` layers.
+
+    Drops weight-only keys, renames Falcon's RW fields, and, when cutting, keeps the first
+    ``n_layers`` entries of every per-layer list (``layer_types``, ``hybrid_override_pattern``)
+    so each kept layer has its true geometry.
+    """
+    out = copy.deepcopy(dict(config))
+    for key in _WEIGHT_ONLY_KEYS:
+        out.pop(key, None)
+    if out.get("model_type") == "RefinedWebModel":
+        out["model_type"] = "falcon"
+        for old, new in _RW_RENAMES.items():
+            if old in out:
+                out[new] = out.pop(old)
+    if n_layers is not None:
+        text = text_config(out)
+        total = read_config(config).n_layers
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 0 < n_layers <= total:
+            raise ValueError(f"n_layers must be in 1..{total}, got {n_layers!r}")
+        text["num_hidden_layers"] = n_layers
+        if isinstance(text.get("layer_types"), list):
+            text["layer_types"] = text["layer_types"][:n_layers]
+        if isinstance(text.get("hybrid_override_pattern"), str):
+            text["hybrid_override_pattern"] = text["hybrid_override_pattern"][:n_layers]
+    return out
+
+
+# --- the reader -------------------------------------------------------------------------------
+
+def read_config(config: Mapping[str, Any], name: str | None = None) -> Architecture:
+    """The :class:`Architecture` a Hugging Face ``config.json`` (as a dict) describes.
+
+    Reads ``text_config`` for multimodal wrappers (the vision tower is not described) and the
+    outer ``tie_word_embeddings``/dtype where the text config has none. Raises ValueError naming
+    the model and the field that is missing, invalid, or describes a cache kvlib does not model.
+    """
+    if not isinstance(config, Mapping) or not config:
+        raise ValueError("config is empty: expected the fields of a Hugging Face config.json")
+    text = text_config(config)
+    label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
+    c = _Fields(text, label)
+    unsupported = [key for key in _UNSUPPORTED_FIELDS if c.has(key)]
+    if unsupported:
+        raise ValueError(f"{label}: config fields {unsupported} describe a cache layout kvlib "
+                         "does not model; refusing to guess its size")
+    model_type = str(c.get("model_type") or "")
+    n_layers = c.int(*_LAYER_COUNT_KEYS)
+    layers = _layers(c, n_layers)
+    mixers = {spec.mixer for spec in layers}
+    hidden = c.opt_int("hidden_size", "d_model", "n_embd")
+    gated = _gated(c, model_type)
+    if "tie_word_embeddings" in text:
+        tie = text["tie_word_embeddings"]
+    else:
+        tie = config.get("tie_word_embeddings", True)
+    notes = []
+    if c.get("num_nextn_predict_layers") or c.get("mtp_num_hidden_layers") or c.get("use_mtp"):
+        notes.append("multi-token-prediction layers not counted")
+    if config is not text:
+        notes.append("vision tower not counted (text_config only)")
+    quant = config.get("quantization_config") or text.get("quantization_config")
+    return Architecture(
+        name=label, model_type=model_type, layers=layers, hidden_size=hidden,
+        vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=bool(tie),
+        embed_dim=c.opt_int("word_embed_proj_dim") or hidden,
+        learned_positions=model_type == "opt",
+        attention=(_attention(c, model_type, "sliding" in mixers)
+                   if mixers & {"full", "sliding"} else None),
+        mla=_mla(c) if "mla" in mixers else None,
+        mamba2=_mamba2(c) if "mamba2" in mixers else None,
+        gated_deltanet=_gated_deltanet(c) if "gated_deltanet" in mixers else None,
+        mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
+        layer_norms=_layer_norms(c, model_type),
+        norm_bias=model_type in ("opt", "RefinedWebModel", "falcon"),
+        dtype=_dtype((text, config), ("torch_dtype", "dtype")),
+        ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
+        quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+        notes=tuple(notes))
