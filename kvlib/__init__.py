@@ -10,6 +10,7 @@ from .roofline import (CALIBRATED, DATASHEET, Efficiency, Step, critical_batch, 
                        prefill_step)
 from .allocator import (ALLOCATORS, POLICIES, BlockAllocator, BuddyAllocator, ContiguousAllocator,
                         OutOfBlocksError, SimResult, prefix_reuse_lost, reserved_tokens, simulate)
+from . import hf_config
 from .layers import (AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer,
                      StatelessLayer, heads_per_gpu, mamba_groups_per_gpu, split_evenly)
 from .model import Model, model_from_layers

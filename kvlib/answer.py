@@ -152,14 +152,12 @@ def serving_point(model: str, gpu: str, context_tokens: int, *,
     base = dict(model=model, model_name=name, gpu=gpu, gpu_name=g.name,
                 context_tokens=context_tokens, weight_format=format_label(wd), kv_dtype=kv_dtype,
                 gpu_memory_utilization=float(gpu_memory_utilization))
+    m = load_model(model)
     for tp in degrees:
-        try:
-            pool = kv_pool(model, g, n_gpus=tp, gpu_memory_utilization=gpu_memory_utilization,
-                           weight_dtype=wd, kv_dtype=kv_dtype)
-        except ValueError as exc:
-            if "cannot be split" in str(exc):  # heads do not divide over this degree
-                continue
-            raise
+        if not m.supports_tp(tp):  # vLLM refuses this degree (heads do not split over it)
+            continue
+        pool = kv_pool(m, g, n_gpus=tp, gpu_memory_utilization=gpu_memory_utilization,
+                       weight_dtype=wd, kv_dtype=kv_dtype)
         concurrency = pool.max_concurrency(context_tokens)
         if concurrency < 1:
             continue

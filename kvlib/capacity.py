@@ -22,7 +22,6 @@ calibrated on the public start-up logs in ``data/engine_logs.csv`` (see ``calibr
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,11 +30,12 @@ import pandas as pd
 
 from .hardware import GPU, load_gpu
 from .hf_config import Architecture
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
+from .checks import positive_integer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bytes
+from .quant import KVFormat, kv_format
 from .registry import load_model
-from .units import GIB, dtype_bits
+from .units import GIB
 
 #: vLLM's default tokens per KV block (``CacheConfig.block_size``) for attention layers.
 DEFAULT_BLOCK_SIZE = 16
@@ -113,9 +113,10 @@ NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, s
 class CacheGroup:
     """Layers of one cache kind on one GPU, as vLLM groups them.
 
-    kind: full / sliding / mla / state; layers: how many layers of the model have this kind;
-    page_bytes: bytes of one page of one layer; block_size: tokens per page (attention) or
-    None (a recurrent-state page holds one sequence); window: sliding window (tokens).
+    kind: full / sliding / mla / state (the layers' ``cache_kind``); layers: how many layers of
+    the model have this kind; page_bytes: bytes of one page of one layer; block_size: tokens
+    per page (attention) or None (a recurrent-state page holds one sequence); window: sliding
+    window (tokens); layer: one of the layers (they are alike), which knows its own page needs.
     """
 
     kind: str
@@ -123,74 +124,47 @@ class CacheGroup:
     page_bytes: int
     block_size: int | None
     window: int | None = None
+    layer: Any = field(default=None, compare=False, repr=False)
 
     def pages_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Pages one request of ``max_model_len`` tokens needs in one layer of this group
-        (vLLM's ``max_memory_usage_bytes`` ÷ page size)."""
-        if self.kind == "state":
-            return 1
-        assert self.block_size is not None
-        if self.kind == "sliding":
-            assert self.window is not None
-            tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
-            return math.ceil(tokens / self.block_size) + 1
-        return math.ceil(max_model_len / self.block_size)
+        (vLLM's ``max_memory_usage_bytes`` ÷ page size; the layer's ``pages_per_request``)."""
+        return self.layer.pages_per_request(max_model_len, max_num_batched_tokens,
+                                            self.block_size or 1)
 
 
-def _layer_token_bytes(layer: Any, tp: int, kv_dtype: str) -> int:
-    """Bytes one token adds to one attention/MLA layer on one GPU (may be fractional bits)."""
-    return math.ceil(layer.elements_per_token(tp) * dtype_bits(kv_dtype) / 8)
-
-
-def _state_bytes(layer: Any, tp: int, conv_dtype: str, ssm_dtype: str) -> int:
-    """Bytes of one sequence's recurrent state in one layer on one GPU: the conv state in
-    ``conv_dtype`` and the SSM/delta-rule state in ``ssm_dtype`` (the layer's own shapes)."""
-    if not isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-        raise TypeError(f"not a recurrent layer: {layer!r}")
-    return (math.ceil(layer.conv_elements(tp) * dtype_bits(conv_dtype) / 8)
-            + math.ceil(layer.ssm_elements(tp) * dtype_bits(ssm_dtype) / 8))
-
-
-def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str = "bf16",
+def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16",
                  block_size: int = DEFAULT_BLOCK_SIZE) -> list[CacheGroup]:
-    """The cache groups of ``model`` on one GPU, one entry per layer kind, with vLLM's page
-    sizes: attention pages hold ``block_size`` tokens; with recurrent layers the attention
-    block grows to the smallest multiple of 16 tokens whose page holds one layer's state, and
-    the state page is padded to the attention page."""
-    dtype_bits(kv_dtype)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive integer (tokens), got {block_size!r}")
-    state_dtype = model.dtype
-    ssm_dtype = model.ssm_dtype or model.dtype
-    kinds: dict[tuple, int] = Counter()
+    """The cache groups of ``model`` on one GPU, one entry per kind of cache, with vLLM's page
+    sizes: attention pages hold ``block_size`` tokens in the KV format ``kv_dtype``; with
+    recurrent layers the attention block grows to the smallest multiple of 16 tokens whose page
+    holds one layer's state, and the state page is padded to the attention page
+    (``Platform`` hybrid block-size rule: "Setting attention block size to N tokens")."""
+    fmt = kv_format(kv_dtype)
+    block = positive_integer("block_size (tokens)", block_size)
+    tp = model.check_tp(tp)
+    conv_dtype, ssm_dtype = model.state_dtypes() if model.has_state else ("bf16", None)
+    kinds: dict[tuple, list] = {}
     for layer in model.layers:
-        if isinstance(layer, AttentionLayer):
-            key = ("sliding" if layer.window else "full", _layer_token_bytes(layer, tp, kv_dtype),
-                   layer.window)
-        elif isinstance(layer, MLALayer):
-            key = ("mla", _layer_token_bytes(layer, tp, kv_dtype), None)
-        elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-            if state_dtype is None or ssm_dtype is None:
-                raise ValueError(f"model {model.name!r} keeps recurrent state but its config "
-                                 "gives no torch_dtype")
-            key = ("state", _state_bytes(layer, tp, state_dtype, ssm_dtype), None)
-        else:
+        if layer.cache_kind == "none":
             continue
-        kinds[key] += 1
-    token_kinds = [k for k in kinds if k[0] != "state"]
-    state_kinds = [k for k in kinds if k[0] == "state"]
+        page_1 = layer.page_bytes(1, fmt, tp, conv_dtype, ssm_dtype)  # one token, or one state
+        key = (layer.cache_kind, page_1, layer.span)
+        kinds.setdefault(key, [0, layer])[0] += 1
     if not kinds:
         return []
+    token_kinds = [k for k in kinds if k[0] != "state"]
+    state_kinds = [k for k in kinds if k[0] == "state"]
     if state_kinds and token_kinds:
         per_token = max(k[1] for k in token_kinds)
         state = max(k[1] for k in state_kinds)
-        block_size = HYBRID_BLOCK_ALIGNMENT * math.ceil(state / (HYBRID_BLOCK_ALIGNMENT * per_token))
+        block = HYBRID_BLOCK_ALIGNMENT * math.ceil(state / (HYBRID_BLOCK_ALIGNMENT * per_token))
     groups = []
-    for (kind, nbytes, window), count in kinds.items():
+    for (kind, page_1, span), (count, layer) in kinds.items():
         if kind == "state":
-            groups.append(CacheGroup("state", count, nbytes, None))
+            groups.append(CacheGroup("state", count, page_1, None, layer=layer))
         else:
-            groups.append(CacheGroup(kind, count, nbytes * block_size, block_size, window))
+            groups.append(CacheGroup(kind, count, page_1 * block, block, span, layer=layer))
     if state_kinds and token_kinds:  # pad state pages to the attention page
         page = max(g.page_bytes for g in groups)
         groups = [replace(g, page_bytes=page) for g in groups]
@@ -405,7 +379,7 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     """
     m = _resolve_model(model)
     g = _resolve_gpu(gpu)
-    tp = _check_positive_int("n_gpus", n_gpus)
+    tp = m.check_tp(_check_positive_int("n_gpus", n_gpus))
     if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization,
                                                                   (int, float)) or not (
             0 < gpu_memory_utilization <= 1):

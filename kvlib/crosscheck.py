@@ -29,10 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .hf_config import transformers_config
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
 from .registry import model_record
-from .units import elements_to_bytes
 
 #: Registry models the book cross-checks: one per cache layout (slug → what it exercises).
 ARCHITECTURES: dict[str, str] = {
@@ -150,29 +148,25 @@ def transformers_convention_bytes(model: Model, n_tokens: int, dtype: str | None
     convolution taps (not ``conv_kernel − 1``) in ``dtype`` and the recurrent state in fp32.
     """
     dtype = dtype or model.dtype or "bf16"
-    total = 0
-    for layer in model.layers:
-        if isinstance(layer, (AttentionLayer, MLALayer)):
-            total += elements_to_bytes(layer.elements_per_token() * layer.tokens_held(n_tokens),
-                                       dtype)
-        elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)) and n_tokens > 0:
-            total += elements_to_bytes(layer.conv_elements(width=layer.conv_kernel), dtype)
-            total += elements_to_bytes(layer.ssm_elements(), "fp32")
-    return total
+    per_token = sum(layer.bytes_per_token(dtype) * layer.tokens_held(n_tokens)
+                    for layer in model.layers)
+    state = sum(layer.state_bytes(conv_dtype=dtype, ssm_dtype="fp32", all_conv_taps=True)
+                for layer in model.layers) if n_tokens > 0 else 0
+    return per_token + state
 
 
 def window_view_bytes(model: Model, n_tokens: int, dtype: str | None = None) -> int:
     """Bytes behind the sliding layers right after a prefill of ``n_tokens``: all T tokens."""
     dtype = dtype or model.dtype or "bf16"
-    return sum(elements_to_bytes(layer.elements_per_token() * n_tokens, dtype)
-               for layer in model.layers if layer.kind == "sliding")
+    return sum(layer.bytes_per_token(dtype) * n_tokens
+               for layer in model.layers if layer.cache_kind == "sliding")
 
 
 def explain(model: Model, n_tokens: int) -> str:
     """Why transformers' bytes differ from kvlib's for this model at ``n_tokens`` (or agree)."""
     counts = model.layer_counts()
     notes = []
-    recurrent = [lay for lay in model.layers if isinstance(lay, (Mamba2Layer, GatedDeltaNetLayer))]
+    recurrent = [lay for lay in model.layers if lay.cache_kind == "state"]
     if recurrent:
         k = recurrent[0].conv_kernel
         notes.append(f"recurrent state: transformers keeps {k} conv taps (kvlib, vLLM: {k - 1}) "

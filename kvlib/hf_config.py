@@ -18,9 +18,12 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import numpy as np
 
 from .checks import integer
 from .units import HF_DTYPE_NAMES
@@ -48,10 +51,101 @@ _LAYER_TYPE_NAMES: dict[str, Mixer] = {
 #: block holding a mixer or a feed-forward part, never both.
 _NEMOTRON_BLOCKS: dict[str, tuple[Mixer, FeedForwardKind]] = {
     "M": ("mamba2", "none"), "*": ("full", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
-#: Fields that change the cache geometry in ways kvlib does not model: a config carrying one is
-#: refused rather than silently mis-sized (MiMo-V2 separate SWA geometry, Gemma-4 global heads).
-_UNSUPPORTED_FIELDS = ("hybrid_layer_pattern", "swa_num_key_value_heads", "global_head_dim",
-                       "attention_k_eq_v", "num_global_key_value_heads")
+#: Fields that change what is cached in ways kvlib does not model, with what they describe: a
+#: config that sets one is refused rather than silently mis-sized.
+REFUSED_KEYS: dict[str, str] = {
+    "hybrid_layer_pattern": "MiMo-V2's per-layer attention kinds with their own geometry",
+    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (MiMo-V2)",
+    "swa_head_dim": "a separate head dim for the sliding-window layers (MiMo-V2)",
+    "global_head_dim": "a separate head dim for the global layers (Gemma-4)",
+    "num_global_key_value_heads": "a separate KV-head count for the global layers (Gemma-4)",
+    "attention_k_eq_v": "keys reused as values (Gemma-4)",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n)",
+    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+}
+
+
+#: Every config key the reader interprets (``_Fields`` refuses to read any other).
+READ_KEYS = frozenset({
+    # identity, layer count and layer pattern
+    "_name_or_path", "model_type", "text_config", "num_hidden_layers", "n_layer", "num_layers",
+    "layer_types", "hybrid_override_pattern", "full_attention_interval",
+    "sliding_window_pattern", "use_sliding_window", "max_window_layers", "sliding_window",
+    "sliding_window_size",
+    # softmax attention
+    "hidden_size", "d_model", "n_embd", "num_attention_heads", "n_head", "num_heads",
+    "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim",
+    "attention_bias", "qkv_bias", "bias", "use_qk_norm", "qk_norm_type", "attn_output_gate",
+    # MLA and the DeepSeek-V3.2 indexer
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "index_n_heads", "index_head_dim", "index_topk",
+    # recurrent mixers
+    "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel",
+    "use_conv_bias", "mamba_proj_bias", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    # feed-forward blocks
+    "intermediate_size", "ffn_dim", "mlp_bias", "hidden_act", "hidden_activation",
+    "activation_function", "mlp_hidden_act", "num_local_experts", "num_experts",
+    "n_routed_experts", "num_experts_per_tok", "experts_per_token", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+    "shared_intermediate_size", "n_shared_experts", "mlp_only_layers", "first_k_dense_replace",
+    "decoder_sparse_step", "moe_layer_freq", "use_routing_bias", "topk_method",
+    # embeddings, norms, dtypes, checkpoint
+    "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
+    "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
+    "mamba_ssm_dtype", "quantization_config",
+    # multi-token prediction (noted as not counted)
+    "num_nextn_predict_layers", "mtp_num_hidden_layers", "use_mtp",
+})
+
+_TRAINING = "training only (dropout, initialisation, auxiliary losses)"
+_NUMERICS = "numerics that change no shape (norm epsilons, RoPE, soft-capping, routing scales)"
+_METADATA = "metadata, token ids or a kernel choice: no shape"
+_MULTIMODAL = "multimodal wrapper: the vision tower is not described (text_config only)"
+#: Config keys the reader deliberately ignores, with the reason: none changes what is cached or
+#: the parameter count. tests/test_hf_config.py checks that every key of every registry config is
+#: in ``READ_KEYS`` or here, so a new key is a decision, not an accident.
+IGNORED_KEYS: dict[str, str] = {
+    **dict.fromkeys(("attention_dropout", "activation_dropout", "dropout", "hidden_dropout",
+                     "layerdrop", "initializer_range", "init_std", "rescale_prenorm_residual",
+                     "aux_loss_alpha", "router_aux_loss_coef", "output_router_logits", "seq_aux",
+                     "ep_size", "pretraining_tp", "time_step_floor", "time_step_max",
+                     "time_step_min"), _TRAINING),
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta",
+                     "rope_scaling", "rope_parameters", "partial_rotary_factor", "rotary_dim",
+                     "use_mrope", "initial_context_length", "attn_logit_softcapping",
+                     "final_logit_softcapping", "query_pre_attn_scalar", "swiglu_limit",
+                     "routed_scaling_factor", "scoring_func", "norm_topk_prob", "n_group",
+                     "topk_group", "residual_in_fp32", "mamba_hidden_act", "alibi"), _NUMERICS),
+    **dict.fromkeys(("architectures", "transformers_version", "auto_map", "use_cache",
+                     "bos_token_id", "eos_token_id", "pad_token_id", "num_logits_to_keep",
+                     "use_mamba_kernels", "prefix", "max_sequence_length"), _METADATA),
+    **dict.fromkeys(("vision_config", "image_token_id", "image_token_index", "video_token_id",
+                     "vision_start_token_id", "vision_end_token_id", "boi_token_index",
+                     "eoi_token_index", "mm_tokens_per_image"), _MULTIMODAL),
+    **dict.fromkeys(("mtp_transformer_layers", "mtp_use_dedicated_embeddings",
+                     "num_mtp_modules"), "multi-token-prediction modules: loaded only for "
+                    "speculative decoding, not counted"),
+    "cache_implementation": "transformers' cache class; kvlib reads the layer pattern itself",
+    "chunk_size": "Nemotron-H: the Mamba-2 scan's chunk length (compute only, no cache)",
+    "expand": "Nemotron-H: Mamba-2 expansion; the inner width is mamba_num_heads × mamba_head_dim",
+    "parallel_attn": "Falcon's parallel attention/MLP block: same shapes (norms follow the "
+                     "RW/new-decoder convention)",
+    "apply_residual_connection_post_layernorm": "residual wiring: no shape",
+    "do_layer_norm_before": "OPT: norm placement, same norms",
+    "output_projection": "OPT: its LM head (tie_word_embeddings says whether it is shared)",
+    "use_bias": "Nemotron-H: false in every published config (biases counted from "
+                "attention_bias and mlp_bias)",
+}
+
+#: An unknown key whose name matches this looks like it describes a cache layout (a window, a
+#: chunk, a recurrent state, a layer pattern, a latent, a KV-sharing scheme): it is refused.
+CACHE_RELATED = re.compile(
+    r"window|chunk|mamba|ssm|state|linear_|hybrid|layer_type|lora|index_|swa|kv|key_value|"
+    r"attn_layer|attention_layer|attention_type|local|global|sparse|nope|conv|cache|compress|"
+    r"latent|recurr|delta|block_|pattern|period|offset|sink|head_dim|heads")
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -176,7 +270,7 @@ class Architecture:
     RoPE/ALiBi models have none); attention, mla, mamba2,
     gated_deltanet: the shared geometry of each mixer kind present (None otherwise); mlp, moe: the
     feed-forward shapes; layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a
-    bias (two vectors per norm); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
+    bias (two vectors per norm); final_norm: a norm after the last layer (OPT may drop it); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
     recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
     max_position_embeddings; notes: what the parameter count leaves out.
     """
@@ -197,6 +291,7 @@ class Architecture:
     moe: MoE | None = None
     layer_norms: int = 2
     norm_bias: bool = False
+    final_norm: bool = True
     dtype: str | None = None
     ssm_dtype: str | None = None
     quant_method: str | None = None
@@ -229,6 +324,8 @@ class _Fields:
         return self.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
+        if key not in READ_KEYS:  # a programming error: every key read is listed
+            raise AssertionError(f"hf_config reads {key!r}, which READ_KEYS does not list")
         value = self.cfg.get(key)
         if value is None:
             value = self.defaults.get(key)
@@ -267,9 +364,22 @@ class _Fields:
         return None
 
     def flag(self, key: str, default: bool = False) -> bool:
-        """A true/false field (absent: ``default``)."""
+        """A true/false field (absent or null: ``default``); anything but a bool is refused."""
         value = self.get(key)
-        return default if value is None else bool(value)
+        if value is None:
+            return default
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{self.field(key)} must be true or false, got {value!r}")
+        return bool(value)
+
+    def int_list(self, key: str) -> tuple[int, ...]:
+        """A list of non-negative integers (e.g. layer indices); absent: empty."""
+        value = self.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{self.field(key)} must be a list of layer indices, got {value!r}")
+        return tuple(integer(f"{self.field(key)} entry", v, 0) for v in value)
 
     def text(self, key: str) -> str | None:
         value = self.get(key)
@@ -334,7 +444,7 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         return ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n_layers)]
     if c.get("model_type") == "gemma2":  # Gemma-2: even layers local, odd layers global
         return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
-    if c.get("use_sliding_window") is True and c.has("max_window_layers"):
+    if c.flag("use_sliding_window") and c.has("max_window_layers"):
         # Qwen2 convention: layers from max_window_layers on use the window
         first = c.int("max_window_layers")
         return ["sliding" if i >= first else "full" for i in range(n_layers)]
@@ -354,32 +464,35 @@ def _n_experts(c: _Fields) -> int:
     return c.int("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
 
 
-def _is_moe_layer(c: _Fields, i: int, n_experts: int, first_dense: int, step: int) -> bool:
-    """Whether layer ``i`` has routed experts (Mixtral/Qwen/DeepSeek conventions)."""
-    if not n_experts:
-        return False
-    if i in (c.get("mlp_only_layers") or []):
-        return False
-    if i < first_dense:
-        return False
-    return (i + 1) % step == 0 if c.get("decoder_sparse_step") else (i - first_dense) % step == 0
+def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
+    """The layers with routed experts (Mixtral/Qwen/DeepSeek conventions): every layer from
+    ``first_k_dense_replace`` on, every ``decoder_sparse_step``-th (or ``moe_layer_freq``-th),
+    except ``mlp_only_layers``."""
+    if not _n_experts(c):
+        return set()
+    first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
+    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
+    dense = set(c.int_list("mlp_only_layers"))
+    if c.has("decoder_sparse_step"):
+        moe = {i for i in range(n_layers) if (i + 1) % step == 0}
+    else:
+        moe = {i for i in range(first_dense, n_layers) if (i - first_dense) % step == 0}
+    return {i for i in moe if i >= first_dense} - dense
 
 
 def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
     mixers = _mixers(c, n_layers)
-    if c.get("use_sliding_window") is False:  # the window is switched off
+    if not c.flag("use_sliding_window", True):  # the window is switched off
         mixers = ["full" if m == "sliding" else m for m in mixers]
     mla = c.has("kv_lora_rank")
-    n_experts = _n_experts(c)
-    first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
-    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
+    moe_layers = _moe_layers(c, n_layers)
     built: dict[tuple[str, str], LayerSpec] = {}
     out = []
     for i, mixer in enumerate(mixers):
         if isinstance(mixer, tuple):  # a Nemotron-H block
             mixer, ffn = mixer
         else:
-            ffn = "moe" if _is_moe_layer(c, i, n_experts, first_dense, step) else "dense"
+            ffn = "moe" if i in moe_layers else "dense"
         if mla and mixer in ("full", "sliding"):
             mixer = "mla"
         key = (mixer, ffn)
@@ -394,10 +507,14 @@ def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
 def _attention(c: _Fields, model_type: str, sliding: bool) -> Attention:
     n_heads = c.int("num_attention_heads", "n_head", "num_heads")
     if c.has("multi_query") or c.has("new_decoder_architecture"):  # Falcon / GPT-BigCode flags
-        mqa = bool(c.get("multi_query")) and not c.get("new_decoder_architecture")
+        mqa = c.flag("multi_query") and not c.flag("new_decoder_architecture")
     else:
         mqa = False
     n_kv = 1 if mqa else c.int("num_key_value_heads", "num_kv_heads", default=n_heads)
+    if n_heads % n_kv:
+        raise ValueError(f"{c.model}: {n_kv} KV heads cannot serve {n_heads} query heads: the "
+                         "KV heads (num_key_value_heads) must divide the query heads "
+                         "(num_attention_heads)")
     if c.has("head_dim"):
         head_dim = c.int("head_dim")
     else:
@@ -406,19 +523,27 @@ def _attention(c: _Fields, model_type: str, sliding: bool) -> Attention:
             raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by "
                              f"{n_heads} attention heads and no head_dim is given")
         head_dim = hidden // n_heads
-    bias_all = c.get("bias") is True
+    bias_all = c.flag("bias")
     qk_norm = None
-    if model_type.startswith(("qwen3", "gemma3")) or c.get("use_qk_norm"):
+    if model_type.startswith(("qwen3", "gemma3")) or c.flag("use_qk_norm"):
         qk_norm = "per_layer" if c.get("qk_norm_type") == "per_layer" else "per_head"
     return Attention(
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-        sliding_window=c.int("sliding_window") if sliding else None,
-        qkv_bias=bool(c.get("attention_bias") or c.get("qkv_bias") or model_type in ("qwen2", "opt")
-                      or bias_all),
-        o_bias=bool(c.get("attention_bias") or model_type == "opt" or bias_all),
+        sliding_window=_window(c) if sliding else None,
+        qkv_bias=(c.flag("attention_bias") or c.flag("qkv_bias") or model_type in ("qwen2", "opt")
+                  or bias_all),
+        o_bias=c.flag("attention_bias") or model_type == "opt" or bias_all,
         qk_norm=qk_norm, sinks=model_type == "gpt_oss",
         output_gate=model_type.startswith("qwen3_next") or (
             model_type.startswith("qwen3_5") and c.flag("attn_output_gate", True)))
+
+
+def _window(c: _Fields) -> int:
+    window = c.int("sliding_window")
+    if c.has("sliding_window_size") and c.int("sliding_window_size") != window:
+        raise ValueError(f"{c.model}: sliding_window ({window:,}) and sliding_window_size "
+                         f"({c.int('sliding_window_size'):,}) disagree")
+    return window
 
 
 def _mla(c: _Fields) -> MLA:
@@ -433,18 +558,26 @@ def _mla(c: _Fields) -> MLA:
 
 
 def _mamba2(c: _Fields) -> Mamba2:
-    return Mamba2(n_heads=c.int("mamba_num_heads"), head_dim=c.int("mamba_head_dim"),
-                  state_size=c.int("ssm_state_size"), n_groups=c.int("n_groups"),
-                  conv_kernel=c.int("conv_kernel"), conv_bias=c.flag("use_conv_bias", True),
-                  proj_bias=c.flag("mamba_proj_bias"))
+    m = Mamba2(n_heads=c.int("mamba_num_heads"), head_dim=c.int("mamba_head_dim"),
+               state_size=c.int("ssm_state_size"), n_groups=c.int("n_groups"),
+               conv_kernel=c.int("conv_kernel"), conv_bias=c.flag("use_conv_bias", True),
+               proj_bias=c.flag("mamba_proj_bias"))
+    if m.n_heads % m.n_groups:
+        raise ValueError(f"{c.model}: {m.n_heads} mamba heads cannot be shared by {m.n_groups} "
+                         "groups: the groups must divide the heads")
+    return m
 
 
 def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
-    return GatedDeltaNet(n_k_heads=c.int("linear_num_key_heads"),
+    g = GatedDeltaNet(n_k_heads=c.int("linear_num_key_heads"),
                          n_v_heads=c.int("linear_num_value_heads"),
                          k_head_dim=c.int("linear_key_head_dim"),
                          v_head_dim=c.int("linear_value_head_dim"),
                          conv_kernel=c.int("linear_conv_kernel_dim"))
+    if g.n_v_heads % g.n_k_heads:
+        raise ValueError(f"{c.model}: {g.n_k_heads} linear-attention key heads cannot serve "
+                         f"{g.n_v_heads} value heads: the key heads must divide the value heads")
+    return g
 
 
 _NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode")
@@ -462,7 +595,7 @@ def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
     if inter is None and model_type in ("RefinedWebModel", "falcon") and hidden:
         inter = 4 * hidden  # Falcon's RW configs give no size: the MLP is 4 × hidden
     return MLP(intermediate_size=inter, gated=gated,
-               bias=bool(model_type == "opt" or c.get("mlp_bias") or c.get("bias") is True))
+               bias=model_type == "opt" or c.flag("mlp_bias") or c.flag("bias"))
 
 
 def _moe(c: _Fields, model_type: str) -> MoE | None:
@@ -470,18 +603,18 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
     if not n_experts:
         return None
     inter = c.opt_int("moe_intermediate_size") or c.opt_int("intermediate_size")
-    shared = c.opt_int("shared_expert_intermediate_size", minimum=0)
-    if shared is None:
-        shared = c.opt_int("moe_shared_expert_intermediate_size", minimum=0)
-    if shared is None and c.get("n_shared_experts") and inter is not None:
-        shared = c.int("n_shared_experts") * inter
+    shared = c.opt_int("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                       "shared_intermediate_size", minimum=0)
+    n_shared = c.opt_int("n_shared_experts", minimum=0)
+    if shared is None and n_shared and inter is not None:
+        shared = n_shared * inter
     return MoE(
         n_experts=n_experts,
         experts_per_token=c.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0),
         intermediate_size=inter, shared_intermediate_size=shared or None,
         shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
-        router_bias=bool(model_type in ("gpt_oss", "nemotron_h") or c.get("use_routing_bias")
-                         or c.get("topk_method") == "noaux_tc"),
+        router_bias=(model_type in ("gpt_oss", "nemotron_h") or c.flag("use_routing_bias")
+                     or c.get("topk_method") == "noaux_tc"),
         expert_bias=model_type == "gpt_oss")
 
 
@@ -499,7 +632,7 @@ def _layer_norms(c: _Fields, model_type: str) -> int:
     Falcon-7B's parallel block 1; Nemotron-H's single-mixer blocks 1."""
     if c.has("hybrid_override_pattern"):
         return 1
-    if model_type in ("RefinedWebModel", "falcon") and not c.get("new_decoder_architecture"):
+    if model_type in ("RefinedWebModel", "falcon") and not c.flag("new_decoder_architecture"):
         return 1
     return 4 if model_type.startswith("gemma") else 2
 
@@ -541,6 +674,37 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
     return out
 
 
+# --- refusals ---------------------------------------------------------------------------------
+
+def _is_set(value: Any) -> bool:
+    """Whether a config value says something (null, false, 0 and empty containers do not)."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (str, list, tuple, Mapping)):
+        return len(value) > 0
+    if isinstance(value, numbers.Number):
+        return value != 0
+    return True
+
+
+def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label: str) -> None:
+    """Refuse a config that sets a field kvlib does not model and that changes the cache:
+    a field of ``REFUSED_KEYS``, or a key kvlib does not know whose name looks cache-related."""
+    found = []
+    for cfg in (text, config) if text is not config else (config,):
+        for key, value in cfg.items():
+            if not isinstance(key, str) or not _is_set(value):
+                continue
+            if key in REFUSED_KEYS:
+                found.append(f"{key!r} ({REFUSED_KEYS[key]})")
+            elif key not in READ_KEYS and key not in IGNORED_KEYS and CACHE_RELATED.search(key):
+                found.append(f"{key!r} (unknown to kvlib; its name suggests a cache layout)")
+    if found:
+        raise ValueError(f"{label}: config field{'s' if len(found) > 1 else ''} "
+                         f"{', '.join(found)} change{'' if len(found) > 1 else 's'} what is "
+                         "cached in a way kvlib does not model; refusing to guess the cache size")
+
+
 # --- the reader -------------------------------------------------------------------------------
 
 def read_config(config: Mapping[str, Any], name: str | None = None) -> Architecture:
@@ -555,29 +719,25 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     text = text_config(config)
     label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
     c = _Fields(text, label)
-    unsupported = [key for key in _UNSUPPORTED_FIELDS if c.has(key)]
-    if unsupported:
-        raise ValueError(f"{label}: config fields {unsupported} describe a cache layout kvlib "
-                         "does not model; refusing to guess its size")
+    _refuse_unmodelled(config, text, label)
     model_type = str(c.get("model_type") or "")
     n_layers = c.int(*_LAYER_COUNT_KEYS)
     layers = _layers(c, n_layers)
     mixers = {spec.mixer for spec in layers}
     hidden = c.opt_int("hidden_size", "d_model", "n_embd")
     gated = _gated(c, model_type)
-    if "tie_word_embeddings" in text:
-        tie = text["tie_word_embeddings"]
-    else:
-        tie = config.get("tie_word_embeddings", True)
+    tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
     notes = []
-    if c.get("num_nextn_predict_layers") or c.get("mtp_num_hidden_layers") or c.get("use_mtp"):
+    if (c.opt_int("num_nextn_predict_layers", minimum=0) or c.opt_int("mtp_num_hidden_layers",
+                                                                        minimum=0)
+            or c.flag("use_mtp")):
         notes.append("multi-token-prediction layers not counted")
     if config is not text:
         notes.append("vision tower not counted (text_config only)")
     quant = config.get("quantization_config") or text.get("quantization_config")
     return Architecture(
         name=label, model_type=model_type, layers=layers, hidden_size=hidden,
-        vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=bool(tie),
+        vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=tie,
         embed_dim=c.opt_int("word_embed_proj_dim") or hidden,
         learned_positions=model_type == "opt",
         attention=(_attention(c, model_type, "sliding" in mixers)
@@ -588,6 +748,7 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
         layer_norms=_layer_norms(c, model_type),
         norm_bias=model_type in ("opt", "RefinedWebModel", "falcon"),
+        final_norm=not c.flag("_remove_final_layer_norm"),
         dtype=_dtype((text, config), ("torch_dtype", "dtype")),
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),

@@ -14,14 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .hf_config import Architecture, read_config
-from .layers import (AnyLayer, AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer,
-                     StatelessLayer)
-from .units import dtype_bits, elements_to_bytes
-
-
-def _check_tokens(n_tokens: int) -> None:
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
-        raise ValueError(f"n_tokens must be a non-negative integer, got {n_tokens!r}")
+from .layers import (AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer, Mamba2Layer,
+                     MLALayer, StatelessLayer)
+from .checks import integer, positive_integer
+from .quant import kv_format
+from .units import dtype_bits
 
 
 @dataclass(frozen=True)
@@ -50,53 +47,95 @@ class Model:
                 dtype_bits(dtype)
 
     # --- the public arithmetic -------------------------------------------------------------
-    def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> int:
+    def kv_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
         """Bytes one GPU adds per token while the context is shorter than every window.
 
-        Sums the layers that store per-token state (full, sliding, MLA); constant recurrent
-        state is excluded. ``tp``: tensor-parallel degree (bytes are per GPU).
+        ``dtype``: the KV format — a plain dtype (``"bf16"``, ``"fp8"``), a name from
+        ``kvlib.KV_FORMATS`` or a ``KVFormat``; per-token scales are included. Sums the layers
+        that store per-token state (full, sliding, MLA); constant recurrent state is excluded.
+        ``tp``: tensor-parallel degree (bytes are per GPU).
         """
-        self._check_query_heads(tp)
-        return sum(elements_to_bytes(layer.elements_per_token(tp), dtype) for layer in self.layers)
+        fmt = kv_format(dtype)
+        tp = self.check_tp(tp)
+        return sum(layer.bytes_per_token(fmt, tp) for layer in self.layers)
 
-    def state_bytes(self, state_dtype: str | None = None, tp: int = 1) -> int:
-        """Constant per-sequence state of the recurrent layers on one GPU, in bytes.
+    def kv_scale_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
+        """The part of :meth:`kv_bytes_per_token` that is scales and zero points."""
+        fmt = kv_format(dtype)
+        tp = self.check_tp(tp)
+        return sum(layer.scale_bytes_per_token(fmt, tp) for layer in self.layers)
 
-        By default the conv state is kept in the model's dtype and the SSM/recurrent state in
-        the dtype the config asks for (``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype``, e.g.
-        fp32), else the model's dtype; ``state_dtype`` overrides both.
-        """
-        conv = sum(layer.conv_elements(tp) for layer in self.layers if hasattr(layer, "conv_elements"))
-        ssm = sum(layer.ssm_elements(tp) for layer in self.layers if hasattr(layer, "ssm_elements"))
-        if conv + ssm == 0:
-            return 0
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        """Elements one GPU adds per token (K and V, or latent + RoPE key), before any format."""
+        tp = self.check_tp(tp)
+        return sum(layer.elements_per_token(tp) for layer in self.layers)
+
+    def state_dtypes(self, state_dtype: str | None = None) -> tuple[str, str]:
+        """(conv dtype, recurrent-state dtype) of the recurrent layers: by default the conv state
+        in the model's dtype and the SSM/recurrent state in the dtype the config asks for
+        (``mamba_ssm_cache_dtype`` / ``mamba_ssm_dtype``, e.g. fp32), else the model's dtype;
+        ``state_dtype`` overrides both."""
         conv_dtype = state_dtype or self.dtype
         ssm_dtype = state_dtype or self.ssm_dtype or self.dtype
         if conv_dtype is None or ssm_dtype is None:
             raise ValueError(f"model {self.name!r} keeps recurrent state but its config gives "
                              "no torch_dtype: pass state_dtype")
-        return elements_to_bytes(conv, conv_dtype) + elements_to_bytes(ssm, ssm_dtype)
+        dtype_bits(conv_dtype)
+        dtype_bits(ssm_dtype)
+        return conv_dtype, ssm_dtype
 
-    def kv_bytes(self, n_tokens: int, dtype: str = "bf16", tp: int = 1,
+    @property
+    def has_state(self) -> bool:
+        """Whether some layer keeps constant per-sequence (recurrent) state."""
+        return any(layer.cache_kind == "state" for layer in self.layers)
+
+    def state_bytes(self, state_dtype: str | None = None, tp: int = 1) -> int:
+        """Constant per-sequence state of the recurrent layers on one GPU, in bytes
+        (dtypes as in :meth:`state_dtypes`)."""
+        if not self.has_state:
+            return sum(layer.state_bytes(tp) for layer in self.layers)  # 0; validates tp
+        conv_dtype, ssm_dtype = self.state_dtypes(state_dtype)
+        return sum(layer.state_bytes(tp, conv_dtype, ssm_dtype) for layer in self.layers)
+
+    def kv_bytes(self, n_tokens: int, dtype: FormatLike = "bf16", tp: int = 1,
                  state_dtype: str | None = None) -> int:
         """Exact bytes one sequence of ``n_tokens`` tokens holds on one GPU.
 
         Per-token layers hold ``tokens_held(n_tokens)`` tokens (sliding layers capped at
-        window − 1) in ``dtype``; recurrent layers add their constant state in ``state_dtype``
-        (default: the model's own dtype, as engines keep it even with an fp8 KV cache).
+        window − 1) in the KV format ``dtype`` (as in :meth:`kv_bytes_per_token`); recurrent
+        layers add their constant state in ``state_dtype`` (default: the model's own dtypes, as
+        engines keep it even with an fp8 KV cache).
         """
-        _check_tokens(n_tokens)
-        self._check_query_heads(tp)
-        per_token = sum(elements_to_bytes(layer.elements_per_token(tp) * layer.tokens_held(n_tokens),
-                                          dtype) for layer in self.layers)
-        return per_token + (self.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)
+        n = integer("n_tokens", n_tokens, 0)
+        fmt = kv_format(dtype)
+        tp = self.check_tp(tp)
+        per_token = sum(layer.bytes_per_token(fmt, tp) * layer.tokens_held(n)
+                        for layer in self.layers)
+        return per_token + (self.state_bytes(state_dtype, tp) if n > 0 else 0)
 
-    def _check_query_heads(self, tp: int) -> None:
-        """vLLM requires tp to divide the query heads (``ModelConfig.verify_with_parallel_config``)."""
-        if (self.n_heads is not None and not isinstance(tp, bool) and isinstance(tp, int)
-                and tp > 0 and self.n_heads % tp):
+    def check_tp(self, tp: int) -> int:
+        """``tp`` as a positive int, refused where vLLM refuses it: tp must divide the query
+        heads (``ModelConfig.verify_with_parallel_config``), and every layer must split across
+        tp GPUs (KV heads divide tp or tp divides them; recurrent heads divide evenly)."""
+        tp = positive_integer("tp (tensor-parallel degree)", tp)
+        if self.n_heads is not None and self.n_heads % tp:
             raise ValueError(f"model {self.name!r}: {self.n_heads} query heads cannot be split "
                              f"across tp={tp} GPUs: tp must divide them")
+        for layer in {id(layer): layer for layer in self.layers}.values():
+            try:
+                layer.elements_per_token(tp)
+                layer.state_elements(tp)
+            except ValueError as exc:
+                raise ValueError(f"model {self.name!r}: {exc}") from None
+        return tp
+
+    def supports_tp(self, tp: int) -> bool:
+        """Whether vLLM would run this model on ``tp`` tensor-parallel GPUs (``check_tp``)."""
+        try:
+            self.check_tp(tp)
+        except ValueError:
+            return False
+        return True
 
     # --- descriptions ----------------------------------------------------------------------
     @property

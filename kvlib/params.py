@@ -204,7 +204,7 @@ def count_architecture(arch: Architecture) -> ParamCounts:
     comp["embedding"] = vocab * embed_dim
     comp["lm_head"] = 0 if arch.tie_word_embeddings else vocab * hidden
     norm_size = hidden * (2 if arch.norm_bias else 1)
-    comp["norms"] += norm_size  # final norm
+    comp["norms"] += norm_size if arch.final_norm else 0  # final norm
     if arch.learned_positions:  # OPT: max positions + 2 offset rows (+ its projections)
         rows = _need(arch.max_position_embeddings, label, "max_position_embeddings") + 2
         comp["position_embedding"] = rows * hidden

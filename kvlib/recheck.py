@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from .checks import number
 from .cost import cost_per_million_tokens
 from .registry import data_dir, load_model
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
@@ -199,10 +200,10 @@ def _arithmetic(expr: str, **names: Any) -> float:
 def _kv_bits_saving(model: str, baseline: str, bits: float, baseline_bits: float = 16) -> float:
     """Fraction of ``baseline``'s per-token KV saved when ``model`` stores ``bits`` per element
     on average and ``baseline`` ``baseline_bits`` (DeepSeek-V2's "6 bits on average")."""
-    from .quant import kv_bytes_per_token_at_bits
-
-    return 1 - (kv_bytes_per_token_at_bits(load_model(model), bits)
-                / kv_bytes_per_token_at_bits(load_model(baseline), baseline_bits))
+    bits, baseline_bits = (number(name, value, positive=True) for name, value in
+                           (("bits", bits), ("baseline_bits", baseline_bits)))
+    return 1 - (load_model(model).kv_elements_per_token() * bits
+                / (load_model(baseline).kv_elements_per_token() * baseline_bits))
 
 
 def _gqa_saving(model: str) -> float:
