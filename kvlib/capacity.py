@@ -168,22 +168,34 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16"
     if state_kinds and token_kinds:  # pad state pages to the attention page
         page = max(g.page_bytes for g in groups)
         groups = [replace(g, page_bytes=page) for g in groups]
-    elif len({g.page_bytes for g in groups}) > 1:
+    elif len({g.page_bytes for g in groups}) > 1 and not _uniform_type(groups):
         raise ValueError(f"{model.name}: cache kinds with different page sizes "
                          f"({sorted({g.page_bytes for g in groups})}) — vLLM would unify them "
                          "by changing block sizes, which kvlib does not model")
     return groups
 
 
-def _group_layout(groups: list[CacheGroup]) -> tuple[int, int]:
-    """(layers per group, number of groups) as vLLM splits kinds into equal-sized groups."""
-    if len(groups) == 1:
-        return groups[0].layers, 1
+#: Cache kinds that need the same token slots (every token of the context): vLLM puts layers of
+#: these kinds in one group even when their pages differ in size (``UniformTypeKVCacheSpecs``,
+#: e.g. DeepSeek-V3.2's MLA latent and indexer keys), a block costing the sum of their pages.
+_ALL_TOKEN_KINDS = frozenset({"full", "mla", "indexer"})
+
+
+def _uniform_type(groups: list[CacheGroup]) -> bool:
+    return all(g.kind in _ALL_TOKEN_KINDS for g in groups)
+
+
+def _group_layout(groups: list[CacheGroup]) -> tuple[int, int, int]:
+    """(layers per group, number of groups, bytes of one block across the layers that share it)
+    as vLLM splits kinds into equal-sized groups (``kv_cache_planning``: group size = the fewest
+    layers of a kind, or the most when every kind has fewer than 1.5 × the fewest)."""
+    if len(groups) == 1 or _uniform_type(groups):
+        return (sum(g.layers for g in groups), 1, sum(g.layers * g.page_bytes for g in groups))
     counts = [g.layers for g in groups]
     size = min(counts)
     if max(counts) < 1.5 * size:
         size = max(counts)
-    return size, sum(math.ceil(c / size) for c in counts)
+    return size, sum(math.ceil(c / size) for c in counts), size * groups[0].page_bytes
 
 
 # --- the pool -------------------------------------------------------------------------------
@@ -217,6 +229,7 @@ class Pool:
     groups: tuple[CacheGroup, ...]
     layers_per_group: int
     n_groups: int
+    block_bytes: int
     num_blocks: int
     overheads: str
     max_num_batched_tokens_note: str = field(default="", compare=False)
@@ -240,7 +253,7 @@ class Pool:
     @property
     def kv_bytes_per_gpu(self) -> int:
         """Bytes the KV tensors take on one GPU: whole blocks only."""
-        return self.num_blocks * self.page_bytes * self.layers_per_group
+        return self.num_blocks * self.block_bytes
 
     @property
     def block_rounding_bytes(self) -> int:
@@ -267,14 +280,12 @@ class Pool:
     def blocks_per_request(self, context_tokens: int) -> int:
         """Blocks one request of ``context_tokens`` needs, summed over the groups."""
         _check_positive_int("context_tokens", context_tokens)
-        per_group = {g.kind: g for g in self.groups}
-        total = 0
-        for g in self.groups:
-            n_groups_of_kind = math.ceil(g.layers / self.layers_per_group)
-            total += n_groups_of_kind * g.pages_per_request(context_tokens,
-                                                            self.max_num_batched_tokens)
-        del per_group
-        return total
+        pages = [g.pages_per_request(context_tokens, self.max_num_batched_tokens)
+                 for g in self.groups]
+        if self.n_groups == 1:  # one block table for every layer
+            return max(pages)
+        return sum(math.ceil(g.layers / self.layers_per_group) * n
+                   for g, n in zip(self.groups, pages))
 
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once (vLLM's "Maximum
@@ -403,10 +414,9 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     total = g.usable_memory_bytes
     budget = int(total * gpu_memory_utilization)
     groups = cache_groups(m, tp=tp, kv_dtype=kv_dtype, block_size=block_size)
-    per_group, n_groups = _group_layout(groups) if groups else (0, 0)
+    per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
     available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
-    page = groups[0].page_bytes if groups else 0
-    num_blocks = max(available // (page * per_group), 0) if groups else 0
+    num_blocks = max(available // block_bytes, 0) if groups else 0
     wd = weight_dtype if isinstance(weight_dtype, str) else ",".join(
         f"{k}={v}" for k, v in sorted(weight_dtype.items()))
     return Pool(model=m.name, gpu=g.slug, n_gpus=tp,
@@ -417,7 +427,7 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
                 activation_forward_bytes=forward, activation_sampler_bytes=sampler,
                 non_torch_bytes=non_torch, cuda_graph_bytes=overheads.cuda_graph_bytes,
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
-                num_blocks=int(num_blocks), overheads=overheads.name)
+                block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name)
 
 
 # --- calibration on public start-up logs ----------------------------------------------------

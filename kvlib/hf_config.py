@@ -32,7 +32,8 @@ from .units import HF_DTYPE_NAMES
 #: has 126); a larger count is refused at once instead of building millions of layer records.
 MAX_LAYERS = 10_000
 
-Mixer = Literal["full", "sliding", "mla", "mamba2", "gated_deltanet", "none"]
+Mixer = Literal["full", "sliding", "chunked", "mla", "mamba1", "mamba2", "gated_deltanet",
+                "parallel", "none"]
 FeedForwardKind = Literal["dense", "moe", "none"]
 
 #: transformers class defaults for fields some published configs omit: Gemma-3's text config has
@@ -45,8 +46,10 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 _LAYER_TYPE_NAMES: dict[str, Mixer] = {
     "full_attention": "full", "attention": "full", "global": "full",
     "sliding_attention": "sliding", "sliding_window": "sliding", "local": "sliding",
-    "linear_attention": "gated_deltanet", "mamba": "mamba2",
+    "chunked_attention": "chunked", "linear_attention": "gated_deltanet", "mamba": "mamba2",
 }
+#: model types whose Mamba layers are Mamba-1 (selective scan over d_inner channels, no heads).
+_MAMBA1_TYPES = ("jamba", "falcon_mamba", "mamba")
 #: Nemotron-H ``hybrid_override_pattern``: M Mamba-2, * attention, - MLP, E MoE; each character is a
 #: block holding a mixer or a feed-forward part, never both.
 _NEMOTRON_BLOCKS: dict[str, tuple[Mixer, FeedForwardKind]] = {
@@ -64,6 +67,7 @@ REFUSED_KEYS: dict[str, str] = {
     "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "attn_layer_indices": "Falcon-H1 attention on only some layers (vLLM puts it on every layer)",
 }
 
 
@@ -75,15 +79,24 @@ READ_KEYS = frozenset({
     "sliding_window_pattern", "use_sliding_window", "max_window_layers", "sliding_window",
     "sliding_window_size",
     # softmax attention
-    "hidden_size", "d_model", "n_embd", "num_attention_heads", "n_head", "num_heads",
+    "hidden_size", "d_model", "n_embd", "n_embed", "num_attention_heads", "n_head", "num_heads",
     "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim",
     "attention_bias", "qkv_bias", "bias", "use_qk_norm", "qk_norm_type", "attn_output_gate",
     # MLA and the DeepSeek-V3.2 indexer
     "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
     "index_n_heads", "index_head_dim", "index_topk",
-    # recurrent mixers
+    # chunked local attention (Llama-4)
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
+    # recurrent mixers: Mamba-2 (Nemotron-H spelling, then Falcon-H1/Granite-4.0-H spelling)
     "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel",
-    "use_conv_bias", "mamba_proj_bias", "linear_num_key_heads", "linear_num_value_heads",
+    "use_conv_bias", "mamba_proj_bias", "use_bias", "mamba_n_heads", "mamba_d_head",
+    "mamba_d_state", "mamba_n_groups", "mamba_d_conv", "mamba_conv_bias", "mamba_d_ssm",
+    "mamba_expand", "mamba_rms_norm", "projectors_bias",
+    # Mamba-1 (Jamba spelling, Falcon-Mamba spelling) and Jamba's layer periods
+    "mamba_dt_rank", "state_size", "time_step_rank", "attn_layer_period", "attn_layer_offset",
+    "expert_layer_period", "expert_layer_offset",
+    # Gated DeltaNet
+    "linear_num_key_heads", "linear_num_value_heads",
     "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
     # feed-forward blocks
     "intermediate_size", "ffn_dim", "mlp_bias", "hidden_act", "hidden_activation",
@@ -92,6 +105,7 @@ READ_KEYS = frozenset({
     "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
     "shared_intermediate_size", "n_shared_experts", "mlp_only_layers", "first_k_dense_replace",
     "decoder_sparse_step", "moe_layer_freq", "use_routing_bias", "topk_method",
+    "interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
     # embeddings, norms, dtypes, checkpoint
     "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
     "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
@@ -112,16 +126,24 @@ IGNORED_KEYS: dict[str, str] = {
                      "layerdrop", "initializer_range", "init_std", "rescale_prenorm_residual",
                      "aux_loss_alpha", "router_aux_loss_coef", "output_router_logits", "seq_aux",
                      "ep_size", "pretraining_tp", "time_step_floor", "time_step_max",
-                     "time_step_min"), _TRAINING),
+                     "time_step_min", "time_step_init_scheme"), _TRAINING),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta",
                      "rope_scaling", "rope_parameters", "partial_rotary_factor", "rotary_dim",
                      "use_mrope", "initial_context_length", "attn_logit_softcapping",
                      "final_logit_softcapping", "query_pre_attn_scalar", "swiglu_limit",
                      "routed_scaling_factor", "scoring_func", "norm_topk_prob", "n_group",
-                     "topk_group", "residual_in_fp32", "mamba_hidden_act", "alibi"), _NUMERICS),
+                     "topk_group", "residual_in_fp32", "mamba_hidden_act", "alibi",
+                     "attention_softmax_in_fp32", "mixer_rms_eps", "time_step_scale",
+                     "time_step_limit", "mamba_norm_before_gate", "attn_temperature_tuning",
+                     "floor_scale", "attn_scale", "embedding_multiplier", "lm_head_multiplier",
+                     "key_multiplier", "mlp_multipliers", "ssm_multipliers", "ssm_in_multiplier",
+                     "ssm_out_multiplier", "attention_in_multiplier", "attention_out_multiplier",
+                     "logits_scaling", "residual_multiplier", "attention_multiplier",
+                     "position_embedding_type"), _NUMERICS),
     **dict.fromkeys(("architectures", "transformers_version", "auto_map", "use_cache",
                      "bos_token_id", "eos_token_id", "pad_token_id", "num_logits_to_keep",
-                     "use_mamba_kernels", "prefix", "max_sequence_length"), _METADATA),
+                     "use_mamba_kernels", "prefix", "max_sequence_length", "masked_softmax_fusion",
+                     "slow_but_exact"), _METADATA),
     **dict.fromkeys(("vision_config", "image_token_id", "image_token_index", "video_token_id",
                      "vision_start_token_id", "vision_end_token_id", "boi_token_index",
                      "eoi_token_index", "mm_tokens_per_image"), _MULTIMODAL),
@@ -130,14 +152,14 @@ IGNORED_KEYS: dict[str, str] = {
                     "speculative decoding, not counted"),
     "cache_implementation": "transformers' cache class; kvlib reads the layer pattern itself",
     "chunk_size": "Nemotron-H: the Mamba-2 scan's chunk length (compute only, no cache)",
+    "mamba_chunk_size": "Falcon-H1, Granite-4.0-H: the Mamba-2 scan's chunk length (compute "
+                        "only; vLLM's prefix-caching block size is not modelled)",
     "expand": "Nemotron-H: Mamba-2 expansion; the inner width is mamba_num_heads × mamba_head_dim",
     "parallel_attn": "Falcon's parallel attention/MLP block: same shapes (norms follow the "
                      "RW/new-decoder convention)",
     "apply_residual_connection_post_layernorm": "residual wiring: no shape",
     "do_layer_norm_before": "OPT: norm placement, same norms",
     "output_projection": "OPT: its LM head (tie_word_embeddings says whether it is shared)",
-    "use_bias": "Nemotron-H: false in every published config (biases counted from "
-                "attention_bias and mlp_bias)",
 }
 
 #: An unknown key whose name matches this looks like it describes a cache layout (a window, a
@@ -154,9 +176,11 @@ CACHE_RELATED = re.compile(
 class LayerSpec:
     """One decoder layer: its token mixer and its feed-forward block.
 
-    mixer: ``full``/``sliding`` softmax attention, ``mla`` latent attention, ``mamba2`` or
-    ``gated_deltanet`` recurrent mixers, ``none`` (an MLP/MoE-only block); ffn: ``dense`` MLP,
-    ``moe`` routed experts, ``none`` (a mixer-only block).
+    mixer: ``full``/``sliding``/``chunked`` softmax attention (all tokens, a sliding window,
+    or the current chunk of ``attention_chunk_size`` tokens), ``mla`` latent attention,
+    ``mamba1``/``mamba2``/``gated_deltanet`` recurrent mixers, ``parallel`` (softmax attention
+    and a Mamba-2 mixer side by side, Falcon-H1), ``none`` (an MLP/MoE-only block); ffn:
+    ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block).
     """
 
     mixer: Mixer
@@ -168,7 +192,8 @@ class Attention:
     """Softmax attention shared by the attention layers (MHA/GQA/MQA, full or windowed).
 
     n_heads: query heads; n_kv_heads: KV heads (K); head_dim: H; sliding_window: W of the
-    ``sliding`` layers (tokens), None without one; qkv_bias/o_bias: projection biases; qk_norm:
+    ``sliding`` layers (tokens), None without one; chunk_size: the chunk of the ``chunked``
+    layers (Llama-4 ``attention_chunk_size``); qkv_bias/o_bias: projection biases; qk_norm:
     ``per_head`` (a norm of H values on q and on k) or ``per_layer`` (over all heads, MiniMax);
     sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
     (Qwen3-Next/3.5: q projection twice as wide).
@@ -178,6 +203,7 @@ class Attention:
     n_kv_heads: int
     head_dim: int
     sliding_window: int | None = None
+    chunk_size: int | None = None
     qkv_bias: bool = False
     o_bias: bool = False
     qk_norm: Literal["per_head", "per_layer"] | None = None
@@ -210,9 +236,26 @@ class MLA:
 
 
 @dataclass(frozen=True)
+class Mamba1:
+    """A Mamba-1 mixer (Jamba, Falcon-Mamba): d_inner channels, state_size per channel, a causal
+    conv of conv_kernel taps (+ conv_bias), a dt projection of rank dt_rank, projection biases,
+    and (Jamba) RMS norms on dt, B and C (bcdt_norms)."""
+
+    d_inner: int
+    state_size: int
+    conv_kernel: int
+    dt_rank: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+    bcdt_norms: bool = False
+
+
+@dataclass(frozen=True)
 class Mamba2:
-    """A Mamba-2 mixer (Nemotron-H): n_heads × head_dim inner channels, state_size per head,
-    n_groups B/C groups, a causal conv of conv_kernel taps (+ conv_bias), projection biases."""
+    """A Mamba-2 mixer (Nemotron-H, Falcon-H1, Granite-4.0-H): n_heads × head_dim = d_inner
+    channels, state_size per head, n_groups B/C groups, a causal conv of conv_kernel taps
+    (+ conv_bias), biases on the input (proj_bias) and output (out_bias) projections, a gated RMS
+    norm over d_inner (gated_norm)."""
 
     n_heads: int
     head_dim: int
@@ -221,6 +264,12 @@ class Mamba2:
     conv_kernel: int
     conv_bias: bool = True
     proj_bias: bool = False
+    out_bias: bool = False
+    gated_norm: bool = True
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_heads * self.head_dim
 
 
 @dataclass(frozen=True)
@@ -267,10 +316,11 @@ class Architecture:
     LayerSpec per decoder layer; hidden_size (None when absent: models sized from explicit head
     dims need none); vocab_size; tie_word_embeddings; embed_dim: embedding width (OPT's
     ``word_embed_proj_dim``; else hidden); learned_positions: a learned position table (OPT;
-    RoPE/ALiBi models have none); attention, mla, mamba2,
-    gated_deltanet: the shared geometry of each mixer kind present (None otherwise); mlp, moe: the
-    feed-forward shapes; layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a
-    bias (two vectors per norm); final_norm: a norm after the last layer (OPT may drop it); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
+    RoPE/ALiBi models have none); attention, mla, mamba1, mamba2, gated_deltanet: the shared
+    geometry of each mixer kind present (None otherwise); mlp, moe: the feed-forward shapes;
+    layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a bias (two vectors
+    per norm); final_norm: a norm after the last layer (OPT may drop it); embedding_norm: a norm
+    right after the embedding (BLOOM); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
     recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
     max_position_embeddings; notes: what the parameter count leaves out.
     """
@@ -285,6 +335,7 @@ class Architecture:
     learned_positions: bool = False
     attention: Attention | None = None
     mla: MLA | None = None
+    mamba1: Mamba1 | None = None
     mamba2: Mamba2 | None = None
     gated_deltanet: GatedDeltaNet | None = None
     mlp: MLP | None = None
@@ -292,6 +343,7 @@ class Architecture:
     layer_norms: int = 2
     norm_bias: bool = False
     final_norm: bool = True
+    embedding_norm: bool = False
     dtype: str | None = None
     ssm_dtype: str | None = None
     quant_method: str | None = None
@@ -309,6 +361,11 @@ class Architecture:
         if self.mla is not None:
             return self.mla.n_heads
         return self.attention.n_heads if self.attention is not None else None
+
+    @property
+    def mixers(self) -> frozenset[str]:
+        """The mixer kinds present."""
+        return frozenset(spec.mixer for spec in self.layers)
 
 
 # --- field access -----------------------------------------------------------------------------
@@ -423,7 +480,26 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         unknown = sorted({t for t in types if t not in _LAYER_TYPE_NAMES})
         if unknown:
             raise ValueError(f"{c.model}: layer_types has unknown entries {unknown}")
-        return _checked([_LAYER_TYPE_NAMES[t] for t in types], "layer_types", n_layers, c)
+        kinds = [_LAYER_TYPE_NAMES[t] for t in types]
+        if str(c.get("model_type")) in _MAMBA1_TYPES:
+            kinds = ["mamba1" if k == "mamba2" else k for k in kinds]
+        return _checked(kinds, "layer_types", n_layers, c)
+    model_type = str(c.get("model_type"))
+    if c.has("attn_layer_period") or model_type == "jamba":
+        # Jamba: attention where i % attn_layer_period == attn_layer_offset, Mamba-1 elsewhere
+        # (transformers JambaConfig.layers_block_type; defaults 8 and 4, as vLLM reads them)
+        period = c.int("attn_layer_period", default=8)
+        offset = c.int("attn_layer_offset", default=4, minimum=0)
+        if offset >= period:
+            raise ValueError(f"{c.model}: attn_layer_offset ({offset}) must be below "
+                             f"attn_layer_period ({period})")
+        return ["full" if i % period == offset else "mamba1" for i in range(n_layers)]
+    if model_type in ("falcon_mamba", "mamba"):  # a pure Mamba-1 stack: mixer-only blocks
+        return [("mamba1", "none")] * n_layers
+    if model_type == "falcon_h1":  # attention and Mamba-2 side by side in every layer
+        return ["parallel"] * n_layers
+    if c.has("attention_chunk_size"):
+        return _llama4_chunked(c, n_layers)
     if c.has("full_attention_interval"):
         every = c.int("full_attention_interval")
         return ["full" if (i + 1) % every == 0 else "gated_deltanet" for i in range(n_layers)]
@@ -453,6 +529,29 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
     return ["full"] * n_layers
 
 
+def _llama4_chunked(c: _Fields, n_layers: int) -> list[Mixer]:
+    """Llama-4: chunked local attention on the RoPE layers, full attention on the NoPE layers.
+
+    ``no_rope_layers[i]`` is 1 for a RoPE layer; without it transformers' Llama4TextConfig
+    builds it from ``no_rope_layer_interval`` (default 4): ``int((i + 1) % 4 != 0)``, so every
+    4th layer is NoPE (transformers 5.24.0, models/llama4/configuration_llama4.py). vLLM chunks a
+    layer iff it is not NoPE and ``attention_chunk_size`` is set (models/llama4.py).
+    """
+    if str(c.get("model_type")) not in ("llama4_text", "llama4"):
+        raise ValueError(f"{c.model}: config field 'attention_chunk_size' without layer_types: "
+                         "kvlib knows which layers are chunked only for Llama-4; refusing to "
+                         "guess the cache size")
+    if c.has("no_rope_layers"):
+        rope = c.int_list("no_rope_layers")
+        if set(rope) - {0, 1}:
+            raise ValueError(f"{c.field('no_rope_layers')} must hold 0 (NoPE) or 1 (RoPE) per "
+                             f"layer, got {sorted(set(rope))}")
+    else:
+        every = c.int("no_rope_layer_interval", default=4)
+        rope = tuple(int((i + 1) % every != 0) for i in range(n_layers))
+    return _checked(["chunked" if r else "full" for r in rope], "no_rope_layers", n_layers, c)
+
+
 def _checked(kinds: list, source: str, n_layers: int, c: _Fields) -> list:
     if len(kinds) != n_layers:
         raise ValueError(f"{c.model}: {source} describes {len(kinds)} layers but "
@@ -470,6 +569,16 @@ def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
     except ``mlp_only_layers``."""
     if not _n_experts(c):
         return set()
+    if c.has("expert_layer_period") or str(c.get("model_type")) == "jamba":
+        # Jamba: experts where i % expert_layer_period == expert_layer_offset (defaults 2 and 1)
+        period = c.int("expert_layer_period", default=2)
+        offset = c.int("expert_layer_offset", default=1, minimum=0)
+        return {i for i in range(n_layers) if i % period == offset}
+    if c.has("moe_layers"):  # an explicit list (Llama-4 configs may carry one)
+        return {i for i in c.int_list("moe_layers") if i < n_layers}
+    if c.has("interleave_moe_layer_step"):  # Llama-4: every step-th layer, the last of each
+        step = c.int("interleave_moe_layer_step")
+        return {i for i in range(n_layers) if (i + 1) % step == 0}
     first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
     step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
     dense = set(c.int_list("mlp_only_layers"))
@@ -504,7 +613,7 @@ def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
 
 # --- geometry ---------------------------------------------------------------------------------
 
-def _attention(c: _Fields, model_type: str, sliding: bool) -> Attention:
+def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention:
     n_heads = c.int("num_attention_heads", "n_head", "num_heads")
     if c.has("multi_query") or c.has("new_decoder_architecture"):  # Falcon / GPT-BigCode flags
         mqa = c.flag("multi_query") and not c.flag("new_decoder_architecture")
@@ -518,18 +627,21 @@ def _attention(c: _Fields, model_type: str, sliding: bool) -> Attention:
     if c.has("head_dim"):
         head_dim = c.int("head_dim")
     else:
-        hidden = c.int("hidden_size", "d_model", "n_embd")
+        hidden = c.int(*_HIDDEN_KEYS)
         if hidden % n_heads:
             raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by "
                              f"{n_heads} attention heads and no head_dim is given")
         head_dim = hidden // n_heads
-    bias_all = c.flag("bias")
+    bias_all = c.flag("bias") or model_type == "bloom"  # BLOOM: biases everywhere
     qk_norm = None
-    if model_type.startswith(("qwen3", "gemma3")) or c.flag("use_qk_norm"):
+    if model_type == "llama4_text":
+        pass  # Llama-4's q/k norm is an L2 norm without weights: no parameters
+    elif model_type.startswith(("qwen3", "gemma3")) or c.flag("use_qk_norm"):
         qk_norm = "per_layer" if c.get("qk_norm_type") == "per_layer" else "per_head"
     return Attention(
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-        sliding_window=_window(c) if sliding else None,
+        sliding_window=_window(c) if "sliding" in mixers else None,
+        chunk_size=c.int("attention_chunk_size") if "chunked" in mixers else None,
         qkv_bias=(c.flag("attention_bias") or c.flag("qkv_bias") or model_type in ("qwen2", "opt")
                   or bias_all),
         o_bias=c.flag("attention_bias") or model_type == "opt" or bias_all,
@@ -557,11 +669,65 @@ def _mla(c: _Fields) -> MLA:
                indexer=indexer)
 
 
+def _dt_rank(c: _Fields, key: str, hidden: int) -> int:
+    """A Mamba-1 dt rank; "auto" is ceil(hidden / 16), as transformers and vLLM read it."""
+    if c.get(key) == "auto":
+        return -(-hidden // 16)
+    return c.int(key, default=-(-hidden // 16))
+
+
+def _mamba1(c: _Fields, model_type: str) -> Mamba1:
+    """Mamba-1, in Jamba's spelling (``mamba_*``; inner width mamba_expand × hidden, as vLLM's
+    jamba.py reads it) or Falcon-Mamba's (``intermediate_size``, ``state_size``, ...; vLLM
+    models/mamba.py)."""
+    hidden = c.int(*_HIDDEN_KEYS)
+    if model_type == "jamba":
+        return Mamba1(d_inner=c.int("mamba_expand", default=2) * hidden,
+                      state_size=c.int("mamba_d_state", default=16),
+                      conv_kernel=c.int("mamba_d_conv", default=4),
+                      dt_rank=_dt_rank(c, "mamba_dt_rank", hidden),
+                      conv_bias=c.flag("mamba_conv_bias", True),
+                      proj_bias=c.flag("mamba_proj_bias"), bcdt_norms=True)
+    return Mamba1(d_inner=c.int("intermediate_size"), state_size=c.int("state_size"),
+                  conv_kernel=c.int("conv_kernel"), dt_rank=_dt_rank(c, "time_step_rank", hidden),
+                  conv_bias=c.flag("use_conv_bias", True), proj_bias=c.flag("use_bias"))
+
+
 def _mamba2(c: _Fields) -> Mamba2:
-    m = Mamba2(n_heads=c.int("mamba_num_heads"), head_dim=c.int("mamba_head_dim"),
-               state_size=c.int("ssm_state_size"), n_groups=c.int("n_groups"),
-               conv_kernel=c.int("conv_kernel"), conv_bias=c.flag("use_conv_bias", True),
-               proj_bias=c.flag("mamba_proj_bias"))
+    """Mamba-2 in Nemotron-H's spelling (``mamba_num_heads``, ``ssm_state_size``, ...) or
+    Falcon-H1's and Granite-4.0-H's (``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``...).
+
+    vLLM sizes the conv state from the inner width: ``mamba_d_ssm`` (Falcon-H1), else
+    ``mamba_expand × hidden`` (Falcon-H1, Granite-4.0-H), else heads × head dim (Nemotron-H);
+    it must equal heads × head dim, as the SSM state is heads × head dim × state.
+    """
+    heads = c.int("mamba_num_heads", "mamba_n_heads")
+    if c.has("mamba_d_ssm"):
+        inner = c.int("mamba_d_ssm")
+    elif c.has("mamba_expand"):
+        inner = c.int("mamba_expand") * c.int(*_HIDDEN_KEYS)
+    else:
+        inner = None
+    if c.get("mamba_d_head") == "auto":  # Falcon-H1 / Granite default: inner width / heads
+        if inner is None or inner % heads:
+            raise ValueError(f"{c.model}: mamba_d_head is 'auto' but the inner width "
+                             f"{inner} does not split into {heads} heads")
+        head_dim = inner // heads
+    else:
+        head_dim = c.int("mamba_head_dim", "mamba_d_head")
+    m = Mamba2(n_heads=heads, head_dim=head_dim,
+               state_size=c.int("ssm_state_size", "mamba_d_state"),
+               n_groups=c.int("n_groups", "mamba_n_groups"),
+               conv_kernel=c.int("conv_kernel", "mamba_d_conv"),
+               conv_bias=c.flag("use_conv_bias", c.flag("mamba_conv_bias", True)),
+               proj_bias=c.flag("mamba_proj_bias") or c.flag("use_bias"),
+               out_bias=(c.flag("projectors_bias") if str(c.get("model_type")) == "falcon_h1"
+                         else c.flag("mamba_proj_bias") or c.flag("use_bias")),
+               gated_norm=(c.flag("mamba_rms_norm") if str(c.get("model_type")) == "falcon_h1"
+                           else True))
+    if inner is not None and inner != m.d_inner:
+        raise ValueError(f"{c.model}: the mamba inner width {inner:,} is not mamba heads × head "
+                         f"dim = {m.d_inner:,}")
     if m.n_heads % m.n_groups:
         raise ValueError(f"{c.model}: {m.n_heads} mamba heads cannot be shared by {m.n_groups} "
                          "groups: the groups must divide the heads")
@@ -580,7 +746,10 @@ def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
     return g
 
 
-_NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode")
+_NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode", "bloom")
+#: configs whose MLP is 4 × hidden without saying so (Falcon's RW configs, BLOOM)
+_FOUR_X_MLP_TYPES = ("RefinedWebModel", "falcon", "bloom")
+_HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "n_embed")
 _NO_GATE_ACTS = ("relu2", "relu", "gelu_new")
 
 
@@ -591,9 +760,12 @@ def _gated(c: _Fields, model_type: str) -> bool:
 
 
 def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
-    inter = c.opt_int("intermediate_size", "ffn_dim")
-    if inter is None and model_type in ("RefinedWebModel", "falcon") and hidden:
-        inter = 4 * hidden  # Falcon's RW configs give no size: the MLP is 4 × hidden
+    if model_type == "llama4_text":  # Llama-4: dense layers use intermediate_size_mlp
+        inter = c.opt_int("intermediate_size_mlp")
+    else:
+        inter = c.opt_int("intermediate_size", "ffn_dim")
+    if inter is None and model_type in _FOUR_X_MLP_TYPES and hidden:
+        inter = 4 * hidden  # no size given: the MLP is 4 × hidden
     return MLP(intermediate_size=inter, gated=gated,
                bias=model_type == "opt" or c.flag("mlp_bias") or c.flag("bias"))
 
@@ -608,6 +780,8 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
     n_shared = c.opt_int("n_shared_experts", minimum=0)
     if shared is None and n_shared and inter is not None:
         shared = n_shared * inter
+    if shared is None and model_type == "llama4_text":
+        shared = inter  # Llama-4: one shared expert of the experts' size (Llama4TextMoe)
     return MoE(
         n_experts=n_experts,
         experts_per_token=c.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0),
@@ -629,8 +803,8 @@ def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str
 
 def _layer_norms(c: _Fields, model_type: str) -> int:
     """Norm vectors per decoder layer: 2 (pre-attention, pre-MLP); Gemma 4 (pre and post);
-    Falcon-7B's parallel block 1; Nemotron-H's single-mixer blocks 1."""
-    if c.has("hybrid_override_pattern"):
+    Falcon-7B's parallel block 1; Nemotron-H's and Mamba's single-mixer blocks 1."""
+    if c.has("hybrid_override_pattern") or model_type in ("falcon_mamba", "mamba"):
         return 1
     if model_type in ("RefinedWebModel", "falcon") and not c.flag("new_decoder_architecture"):
         return 1
@@ -667,8 +841,9 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 0 < n_layers <= total:
             raise ValueError(f"n_layers must be in 1..{total}, got {n_layers!r}")
         text["num_hidden_layers"] = n_layers
-        if isinstance(text.get("layer_types"), list):
-            text["layer_types"] = text["layer_types"][:n_layers]
+        for key in ("layer_types", "no_rope_layers"):  # one entry per layer
+            if isinstance(text.get(key), list):
+                text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
             text["hybrid_override_pattern"] = text["hybrid_override_pattern"][:n_layers]
     return out
@@ -723,8 +898,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     model_type = str(c.get("model_type") or "")
     n_layers = c.int(*_LAYER_COUNT_KEYS)
     layers = _layers(c, n_layers)
-    mixers = {spec.mixer for spec in layers}
-    hidden = c.opt_int("hidden_size", "d_model", "n_embd")
+    mixers = frozenset(spec.mixer for spec in layers)
+    hidden = c.opt_int(*_HIDDEN_KEYS)
     gated = _gated(c, model_type)
     tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
     notes = []
@@ -740,14 +915,16 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=tie,
         embed_dim=c.opt_int("word_embed_proj_dim") or hidden,
         learned_positions=model_type == "opt",
-        attention=(_attention(c, model_type, "sliding" in mixers)
-                   if mixers & {"full", "sliding"} else None),
+        attention=(_attention(c, model_type, mixers)
+                   if mixers & {"full", "sliding", "chunked", "parallel"} else None),
         mla=_mla(c) if "mla" in mixers else None,
-        mamba2=_mamba2(c) if "mamba2" in mixers else None,
+        mamba1=_mamba1(c, model_type) if "mamba1" in mixers else None,
+        mamba2=_mamba2(c) if mixers & {"mamba2", "parallel"} else None,
         gated_deltanet=_gated_deltanet(c) if "gated_deltanet" in mixers else None,
         mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
         layer_norms=_layer_norms(c, model_type),
-        norm_bias=model_type in ("opt", "RefinedWebModel", "falcon"),
+        norm_bias=model_type in ("opt", "RefinedWebModel", "falcon", "bloom"),
+        embedding_norm=model_type == "bloom",
         final_norm=not c.flag("_remove_final_layer_norm"),
         dtype=_dtype((text, config), ("torch_dtype", "dtype")),
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),

@@ -14,8 +14,8 @@ Like vLLM's KV cache specs (``vllm/v1/kv_cache_interface.py``), every class answ
 * ``attention_flops_per_token(context_tokens, tp, query_heads)`` — the FLOPs one new token
   spends in the layer's attention or recurrence.
 
-``cache_kind`` says which engine cache the layer belongs to (``full``, ``sliding``, ``mla``,
-``state``, or ``none`` for a layer without cache). Counts in elements (``elements_per_token``,
+``cache_kind`` says which engine cache the layer belongs to (``full``, ``sliding``,
+``chunked``, ``mla``, ``indexer``, ``state``, or ``none`` for a layer without cache). Counts in elements (``elements_per_token``,
 ``state_elements``) remain for arithmetic that needs no format.
 
 ``tp`` is the tensor-parallel degree. The rules follow vLLM: KV heads are split across GPUs
@@ -37,8 +37,9 @@ from .checks import integer, positive_integer
 from .quant import KVFormat, kv_format
 from .units import elements_to_bytes
 
-LayerKind = Literal["full", "sliding", "mla", "mamba2", "gated_deltanet", "none"]
-CacheKind = Literal["full", "sliding", "mla", "state", "none"]
+LayerKind = Literal["full", "sliding", "chunked", "mla", "indexer", "mamba1", "mamba2",
+                    "gated_deltanet", "none"]
+CacheKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "none"]
 FormatLike = Union[str, KVFormat]
 
 
@@ -228,18 +229,23 @@ class _StateCache:
 
 @dataclass(frozen=True)
 class AttentionLayer(_TokenCache):
-    """Softmax attention keeping K and V per token: MHA, GQA or MQA, full or sliding.
+    """Softmax attention keeping K and V per token: MHA, GQA or MQA; full, sliding or chunked.
 
     n_kv_heads: KV heads (K); head_dim: K head dim (H); v_head_dim: V head dim (defaults to H);
     window: sliding-window length in tokens, None for full attention. A windowed layer keeps the
     last ``window − 1`` tokens: the next query attends to ``window`` tokens, itself included
     (vLLM's SlidingWindowManager and transformers' sliding cache keep the same).
+    chunk: chunked local attention (Llama-4 ``attention_chunk_size``): a token attends only to
+    the earlier tokens of its own chunk of ``chunk`` tokens. Such a layer holds at most
+    ``chunk − 1`` tokens: transformers keeps a window of ``chunk − 1`` tokens; vLLM frees each
+    finished chunk's blocks, so between chunk boundaries it holds fewer, never more.
     """
 
     n_kv_heads: int
     head_dim: int
     v_head_dim: int | None = None
     window: int | None = None
+    chunk: int | None = None
 
     def __post_init__(self) -> None:
         _check_positive("attention layer", n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
@@ -247,9 +253,15 @@ class AttentionLayer(_TokenCache):
             _check_positive("attention layer", v_head_dim=self.v_head_dim)
         if self.window is not None:
             _check_positive("attention layer", window=self.window)
+        if self.chunk is not None:
+            _check_positive("attention layer", chunk=self.chunk)
+            if self.window is not None:
+                raise ValueError("attention layer: a layer is windowed or chunked, not both")
 
     @property
     def kind(self) -> LayerKind:
+        if self.chunk is not None:
+            return "chunked"
         return "full" if self.window is None else "sliding"
 
     @property
@@ -258,7 +270,7 @@ class AttentionLayer(_TokenCache):
 
     @property
     def span(self) -> int | None:
-        return self.window
+        return self.window if self.chunk is None else self.chunk
 
     @property
     def _v_dim(self) -> int:
@@ -287,13 +299,17 @@ class AttentionLayer(_TokenCache):
 
     def tokens_held(self, n_tokens: int) -> int:
         n = _check_tokens(n_tokens)
-        return n if self.window is None else min(n, self.window - 1)
+        span = self.span
+        return n if span is None else min(n, span - 1)
 
     def pages_per_request(self, max_model_len: int, max_num_batched_tokens: int,
                           block_size: int) -> int:
         """Full: a page per ``block_size`` tokens. Sliding (vLLM ``SlidingWindowSpec``): the
         window − 1 kept tokens plus one batch of new ones, and one more page because the window
-        need not start at a page boundary."""
+        need not start at a page boundary. Chunked (``ChunkedLocalAttentionSpec``): one chunk
+        plus one batch of new tokens."""
+        if self.chunk is not None:
+            return math.ceil(min(self.chunk + max_num_batched_tokens, max_model_len) / block_size)
         if self.window is None:
             return math.ceil(max_model_len / block_size)
         tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
@@ -354,6 +370,81 @@ class MLALayer(_TokenCache):
         """The absorbed form: d_k = r + d_R and d_v = r per query head and cached token."""
         n = _check_tokens(context_tokens)
         return 2 * (query_heads or 0) * (2 * self.kv_lora_rank + self.rope_dim) * n / tp
+
+
+@dataclass(frozen=True)
+class IndexerKeyLayer(_TokenCache):
+    """DeepSeek-V3.2's lightning-indexer key cache: one key of ``head_dim`` per token and layer,
+    stored by vLLM as fp8 with one fp32 scale per ``quant_block`` values whatever the KV format
+    asked for: 128 + 4 = 132 bytes (``DeepseekV32IndexerCache``: ``head_dim + head_dim //
+    quant_block_size * 4`` bytes of uint8, in ``vllm/model_executor/models/deepseek_v2.py``).
+    Replicated on every GPU (``max_tp_shards=1``). n_heads: the indexer's query heads (FLOPs).
+    """
+
+    head_dim: int
+    n_heads: int = 0
+    quant_block: int = 128
+    scale_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        _check_positive("indexer layer", head_dim=self.head_dim, quant_block=self.quant_block)
+
+    @property
+    def kind(self) -> LayerKind:
+        return "indexer"
+
+    @property
+    def cache_kind(self) -> CacheKind:
+        return "indexer"
+
+    def elements_per_token(self, tp: int = 1) -> int:
+        _check_tp(tp)
+        return self.head_dim
+
+    def scale_bytes_per_token(self, fmt: FormatLike = "bf16", tp: int = 1) -> int:
+        kv_format(fmt)
+        _check_tp(tp)
+        return self.head_dim // self.quant_block * self.scale_bytes
+
+    def bytes_per_token(self, fmt: FormatLike = "bf16", tp: int = 1) -> int:
+        """fp8 keys plus their scales, in any KV format (vLLM fixes this cache's layout)."""
+        return self.head_dim + self.scale_bytes_per_token(fmt, tp)
+
+    def attention_flops_per_token(self, context_tokens: int, tp: int = 1,
+                                  query_heads: int | None = None) -> float:
+        """Index scores: 2 · indexer heads · head_dim per cached token (replicated, not split)."""
+        return 2 * self.n_heads * self.head_dim * _check_tokens(context_tokens)
+
+
+@dataclass(frozen=True)
+class Mamba1Layer(_StateCache):
+    """A Mamba-1 layer (Jamba, Falcon-Mamba): constant per-sequence state, nothing per token.
+
+    conv state: (conv_kernel − 1) × d_inner; SSM state: d_inner × state_size (vLLM
+    ``MambaStateShapeCalculator.mamba1_state_shape``). The channels split across GPUs (tp must
+    divide d_inner).
+    """
+
+    d_inner: int
+    state_size: int
+    conv_kernel: int
+
+    def __post_init__(self) -> None:
+        _check_positive("mamba layer", d_inner=self.d_inner, state_size=self.state_size,
+                        conv_kernel=self.conv_kernel)
+
+    @property
+    def kind(self) -> LayerKind:
+        return "mamba1"
+
+    def conv_elements(self, tp: int = 1, width: int | None = None) -> int:
+        """Convolution state on one GPU; ``width`` taps kept (vLLM: conv_kernel − 1)."""
+        taps = self.conv_kernel - 1 if width is None else width
+        return taps * split_evenly(self.d_inner, tp, "mamba channels")
+
+    def ssm_elements(self, tp: int = 1) -> int:
+        """SSM state on one GPU: channels × state_size."""
+        return split_evenly(self.d_inner, tp, "mamba channels") * self.state_size
 
 
 @dataclass(frozen=True)
@@ -481,4 +572,5 @@ class StatelessLayer:
         return 0.0
 
 
-AnyLayer = Union[AttentionLayer, MLALayer, Mamba2Layer, GatedDeltaNetLayer, StatelessLayer]
+AnyLayer = Union[AttentionLayer, MLALayer, IndexerKeyLayer, Mamba1Layer, Mamba2Layer,
+                 GatedDeltaNetLayer, StatelessLayer]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .hf_config import Architecture, read_config
-from .layers import (AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer, Mamba2Layer,
-                     MLALayer, StatelessLayer)
+from .layers import (AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer, IndexerKeyLayer,
+                     Mamba1Layer, Mamba2Layer, MLALayer, StatelessLayer)
 from .checks import integer, positive_integer
 from .quant import kv_format
 from .units import dtype_bits
@@ -140,8 +140,9 @@ class Model:
     # --- descriptions ----------------------------------------------------------------------
     @property
     def n_layers(self) -> int:
-        """Decoder layers (L), every kind counted."""
-        return len(self.layers)
+        """Decoder layers (L), every kind counted (a Falcon-H1 layer holding attention and
+        Mamba-2 side by side is one layer)."""
+        return self.architecture.n_layers if self.architecture is not None else len(self.layers)
 
     def layer_counts(self) -> dict[str, int]:
         """Layers of each kind, e.g. ``{"sliding": 36, "full": 12}``."""
@@ -149,19 +150,22 @@ class Model:
 
     @property
     def attention(self) -> str:
-        """Architecture label: MHA/GQA/MQA/MLA, with '+SWA' or '+hybrid' where it applies."""
+        """Architecture label: MHA/GQA/MQA/MLA, with '+SWA', '+chunked' or '+hybrid' where it
+        applies; 'SSM' for a model without attention."""
         counts = self.layer_counts()
         attn = [lay for lay in self.layers if isinstance(lay, AttentionLayer)]
         if counts.get("mla"):
             label = "MLA"
         elif not attn:
-            label = "none"
+            return "SSM" if self.has_state else "none"
         else:
             kv = attn[0].n_kv_heads
             label = ("MQA" if kv == 1 else "MHA" if kv == self.n_heads else "GQA")
         if counts.get("sliding"):
             label += "+SWA"
-        if counts.get("mamba2") or counts.get("gated_deltanet"):
+        if counts.get("chunked"):
+            label += "+chunked"
+        if self.has_state:
             label += "+hybrid"
         return label
 
@@ -191,36 +195,54 @@ class Model:
 # --- from the architecture record ----------------------------------------------------------
 
 def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
-    """The cache layers of a record: one per decoder layer (layers of one kind shared)."""
-    built: dict[str, AnyLayer] = {}
+    """The cache layers of a record, decoder layer by decoder layer (layers of one kind are one
+    shared object). A Falcon-H1 layer contributes an attention and a Mamba-2 cache layer, a
+    DeepSeek-V3.2 layer its MLA latent and its indexer keys; other layers one each."""
+    att, mla, m1, m2, gdn = (arch.attention, arch.mla, arch.mamba1, arch.mamba2,
+                             arch.gated_deltanet)
 
-    def build(mixer: str) -> AnyLayer:
-        if mixer in ("full", "sliding"):
-            att = arch.attention
-            assert att is not None
-            return AttentionLayer(n_kv_heads=att.n_kv_heads, head_dim=att.head_dim,
-                                  window=att.sliding_window if mixer == "sliding" else None)
+    def attention(kind: str) -> AttentionLayer:
+        assert att is not None
+        return AttentionLayer(n_kv_heads=att.n_kv_heads, head_dim=att.head_dim,
+                              window=att.sliding_window if kind == "sliding" else None,
+                              chunk=att.chunk_size if kind == "chunked" else None)
+
+    def mamba2() -> Mamba2Layer:
+        assert m2 is not None
+        return Mamba2Layer(n_heads=m2.n_heads, head_dim=m2.head_dim, state_size=m2.state_size,
+                           n_groups=m2.n_groups, conv_kernel=m2.conv_kernel)
+
+    def build(mixer: str) -> tuple[AnyLayer, ...]:
+        if mixer in ("full", "sliding", "chunked"):
+            return (attention(mixer),)
+        if mixer == "parallel":
+            return attention("full"), mamba2()
         if mixer == "mla":
-            assert arch.mla is not None
-            return MLALayer(kv_lora_rank=arch.mla.kv_lora_rank, rope_dim=arch.mla.qk_rope_head_dim)
+            assert mla is not None
+            latent = MLALayer(kv_lora_rank=mla.kv_lora_rank, rope_dim=mla.qk_rope_head_dim)
+            if mla.indexer is None:
+                return (latent,)
+            return latent, IndexerKeyLayer(head_dim=mla.indexer.head_dim,
+                                           n_heads=mla.indexer.n_heads)
+        if mixer == "mamba1":
+            assert m1 is not None
+            return (Mamba1Layer(d_inner=m1.d_inner, state_size=m1.state_size,
+                                conv_kernel=m1.conv_kernel),)
         if mixer == "mamba2":
-            m = arch.mamba2
-            assert m is not None
-            return Mamba2Layer(n_heads=m.n_heads, head_dim=m.head_dim, state_size=m.state_size,
-                               n_groups=m.n_groups, conv_kernel=m.conv_kernel)
+            return (mamba2(),)
         if mixer == "gated_deltanet":
-            g = arch.gated_deltanet
-            assert g is not None
-            return GatedDeltaNetLayer(n_k_heads=g.n_k_heads, n_v_heads=g.n_v_heads,
-                                      k_head_dim=g.k_head_dim, v_head_dim=g.v_head_dim,
-                                      conv_kernel=g.conv_kernel)
-        return StatelessLayer()
+            assert gdn is not None
+            return (GatedDeltaNetLayer(n_k_heads=gdn.n_k_heads, n_v_heads=gdn.n_v_heads,
+                                       k_head_dim=gdn.k_head_dim, v_head_dim=gdn.v_head_dim,
+                                       conv_kernel=gdn.conv_kernel),)
+        return (StatelessLayer(),)
 
-    out = []
+    built: dict[str, tuple[AnyLayer, ...]] = {}
+    out: list[AnyLayer] = []
     for spec in arch.layers:
         if spec.mixer not in built:
             built[spec.mixer] = build(spec.mixer)
-        out.append(built[spec.mixer])
+        out.extend(built[spec.mixer])
     return tuple(out)
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .hf_config import MLA, Architecture, Attention, GatedDeltaNet, Mamba2, read_config
+from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Mamba1, Mamba2,
+                        read_config)
 from .units import DTYPE_BITS
 
 #: Components whose weights a quantized checkpoint stores in the quantized format; all other
@@ -166,17 +167,39 @@ def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
     return linear, norms
 
 
+def _mamba1_params(m: Mamba1, hidden: int) -> tuple[int, int]:
+    """(linear, small) parameters of one Mamba-1 mixer (transformers ``MambaMixer`` /
+    ``JambaMambaMixer`` shapes): in_proj to x and z, a depthwise conv, x_proj to dt, B and C,
+    dt_proj back to the channels, A and D, out_proj; Jamba adds RMS norms on dt, B and C."""
+    d, s, r = m.d_inner, m.state_size, m.dt_rank
+    linear = hidden * 2 * d + d * (r + 2 * s) + r * d + d * hidden
+    small = d * m.conv_kernel + d + d * s + d  # conv weight, dt_proj bias, A_log, D
+    if m.conv_bias:
+        small += d
+    if m.proj_bias:
+        small += 2 * d + hidden
+    if m.bcdt_norms:
+        small += r + 2 * s
+    return linear, small
+
+
 def _mamba2_params(m: Mamba2, hidden: int) -> tuple[int, int]:
-    """(linear, small) parameters of one Mamba-2 mixer (Nemotron-H shapes)."""
-    heads, state, groups = m.n_heads, m.state_size, m.n_groups
-    d_inner = heads * m.head_dim
+    """(linear, small) parameters of one Mamba-2 mixer (Nemotron-H / Falcon-H1 / Granite-4.0-H
+    shapes): in_proj to z, x, B, C and dt; a depthwise conv over x, B, C; dt_bias, A_log, D; a
+    gated RMS norm; out_proj."""
+    heads, state, groups, d_inner = m.n_heads, m.state_size, m.n_groups, m.d_inner
     conv_dim = d_inner + 2 * groups * state
-    linear = hidden * (2 * d_inner + 2 * groups * state + heads) + d_inner * hidden
-    small = conv_dim * m.conv_kernel + 3 * heads + d_inner  # conv weight, dt_bias/A_log/D, norm
+    in_width = 2 * d_inner + 2 * groups * state + heads
+    linear = hidden * in_width + d_inner * hidden
+    small = conv_dim * m.conv_kernel + 3 * heads  # conv weight, dt_bias/A_log/D
+    if m.gated_norm:
+        small += d_inner
     if m.conv_bias:
         small += conv_dim
     if m.proj_bias:
-        small += 2 * d_inner + 2 * groups * state + heads + hidden
+        small += in_width
+    if m.out_bias:
+        small += hidden
     return linear, small
 
 
@@ -205,6 +228,7 @@ def count_architecture(arch: Architecture) -> ParamCounts:
     comp["lm_head"] = 0 if arch.tie_word_embeddings else vocab * hidden
     norm_size = hidden * (2 if arch.norm_bias else 1)
     comp["norms"] += norm_size if arch.final_norm else 0  # final norm
+    comp["norms"] += norm_size if arch.embedding_norm else 0  # BLOOM's embedding norm
     if arch.learned_positions:  # OPT: max positions + 2 offset rows (+ its projections)
         rows = _need(arch.max_position_embeddings, label, "max_position_embeddings") + 2
         comp["position_embedding"] = rows * hidden
@@ -215,7 +239,7 @@ def count_architecture(arch: Architecture) -> ParamCounts:
     kv_total = n_kv = n_moe_layers = 0
     for spec in arch.layers:
         comp["norms"] += arch.layer_norms * norm_size
-        if spec.mixer in ("full", "sliding"):
+        if spec.mixer in ("full", "sliding", "chunked", "parallel"):
             assert arch.attention is not None
             lin, small, norms, kv = _attention_params(arch.attention, hidden)
             comp["attention"] += lin
@@ -228,9 +252,14 @@ def count_architecture(arch: Architecture) -> ParamCounts:
             lin, norms = _mla_params(arch.mla, hidden, label)
             comp["attention"] += lin
             comp["norms"] += norms
-        elif spec.mixer == "mamba2":
+        if spec.mixer in ("mamba2", "parallel"):
             assert arch.mamba2 is not None
             lin, small = _mamba2_params(arch.mamba2, hidden)
+            comp["recurrent"] += lin
+            comp["small"] += small
+        elif spec.mixer == "mamba1":
+            assert arch.mamba1 is not None
+            lin, small = _mamba1_params(arch.mamba1, hidden)
             comp["recurrent"] += lin
             comp["small"] += small
         elif spec.mixer == "gated_deltanet":

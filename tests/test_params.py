@@ -26,6 +26,11 @@ PUBLISHED_ERROR = {
     "qwen3-30b-a3b": 0.0177, "qwen3-32b": 0.0238, "qwen3-8b": 0.0238,
     "qwen3-coder-480b-a35b": 0.0003, "qwen3-next-80b-a3b": -0.0041, "qwen3.5-27b": -0.0039,
     "qwen3.5-35b-a3b": -0.0097,
+    # Jamba-v0.1 against AI21's "52B" (the Mamba-1 mixers, 16 MoE layers of 16 experts);
+    # Llama-4 Scout against "~109B" (which includes its vision tower); Falcon-Mamba's "7B" and
+    # BLOOM's "176B" are nominal
+    "jamba-v0.1": -0.0083, "falcon-mamba-7b": 0.0390, "llama-4-scout-17b-16e-instruct": -0.0208,
+    "bloomz-mt": 0.0014,
 }
 
 
