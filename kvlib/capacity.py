@@ -32,7 +32,7 @@ from .hardware import GPU, load_gpu
 from .hf_config import Architecture
 from .checks import positive_integer
 from .model import Model
-from .params import ParamCounts, params_for, weight_bytes
+from .params import ParamCounts, loaded_weights, params_for
 from .quant import KVFormat, kv_format
 from .registry import load_model
 from .units import GIB
@@ -233,6 +233,7 @@ class Pool:
     num_blocks: int
     overheads: str
     max_num_batched_tokens_note: str = field(default="", compare=False)
+    weights_basis: str = field(default="", compare=False)
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -300,7 +301,8 @@ class Pool:
             ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
             (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
              self.budget_bytes),
-            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model)",
+            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
+             + (f"; {self.weights_basis}" if self.weights_basis else "") + ")",
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
@@ -402,8 +404,11 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
     counts = params_for(m)
-    weights = (weight_bytes(counts, weight_dtype, tp) if weights_bytes_per_gpu is None
-               else int(weights_bytes_per_gpu))
+    if weights_bytes_per_gpu is None:
+        loaded = loaded_weights(m, weight_dtype, tp, g.slug)
+        weights, weights_basis = loaded.total_bytes, loaded.basis
+    else:
+        weights, weights_basis = int(weights_bytes_per_gpu), "given"
     arch = m.architecture
     if arch is None:
         raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
@@ -427,7 +432,8 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
                 activation_forward_bytes=forward, activation_sampler_bytes=sampler,
                 non_torch_bytes=non_torch, cuda_graph_bytes=overheads.cuda_graph_bytes,
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
-                block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name)
+                block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
+                weights_basis=weights_basis)
 
 
 # --- calibration on public start-up logs ----------------------------------------------------

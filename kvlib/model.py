@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .hf_config import Architecture, read_config
+from .params import Checkpoint
 from .layers import (AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer, IndexerKeyLayer,
                      Mamba1Layer, Mamba2Layer, MLALayer, StatelessLayer)
 from .checks import integer, positive_integer
@@ -29,7 +30,8 @@ class Model:
     MHA/GQA/MQA label); dtype: the checkpoint's dtype (``torch_dtype``), the default dtype of
     constant recurrent state; ssm_dtype: the recurrent (SSM) state dtype the config asks for, if
     any; architecture: the record it was read from (:mod:`kvlib.hf_config`), for parameter
-    counts and activation sizes; None for models built from explicit layers.
+    counts and activation sizes; None for models built from explicit layers; checkpoint: the
+    published checkpoint's size, where the registry records it (``kvlib.params.loaded_weights``).
     """
 
     name: str
@@ -38,6 +40,7 @@ class Model:
     dtype: str | None = None
     ssm_dtype: str | None = None
     architecture: Architecture | None = field(default=None, compare=False, repr=False)
+    checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.layers:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from .checks import integer
 from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Mamba1, Mamba2,
                         read_config)
 from .units import DTYPE_BITS
@@ -320,18 +321,7 @@ def weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str] = "b
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
         raise ValueError(f"tp (tensor-parallel degree) must be a positive integer, got {tp!r}")
-    if isinstance(weight_dtype, Mapping):
-        unknown = sorted(set(weight_dtype) - set(COMPONENTS))
-        if unknown:
-            raise ValueError(f"weight_dtype names unknown components {unknown}; "
-                             f"known: {', '.join(COMPONENTS)}")
-        bits = {k: weight_bits(v) for k, v in weight_dtype.items()}
-        default_bits = 16.0
-        bits_of = {comp: bits.get(comp, default_bits) for comp in COMPONENTS}
-    else:
-        b = weight_bits(weight_dtype)
-        other = b if b >= 16 else 16.0
-        bits_of = {comp: (b if comp in LINEAR_COMPONENTS else other) for comp in COMPONENTS}
+    bits_of = _format_bits(weight_dtype)
     total_bits = 0.0
     replicated = {"norms", "router", "small", "position_embedding"}
     for comp, n in counts.components.items():
@@ -347,6 +337,164 @@ def weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str] = "b
             per_gpu = n / tp
         total_bits += per_gpu * bits_of[comp]
     return math.ceil(total_bits / 8)
+
+
+# --- weights as an engine loads them ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint's size: ``total_size_bytes`` (``model.safetensors.index.json``
+    ``metadata.total_size``, the bytes of every stored tensor), the weight format it is stored
+    in (a ``WEIGHT_FORMAT_BITS`` name or a component → format mapping) and where it is stated."""
+
+    total_size_bytes: int
+    weight_format: str | Mapping[str, str]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        integer("checkpoint total_size_bytes", self.total_size_bytes, 1)
+        _format_bits(self.weight_format)
+
+
+def _format_bits(weight_dtype: str | Mapping[str, str]) -> dict[str, float]:
+    """Bits per value of every component under a weight format (as ``weight_bytes`` prices)."""
+    if isinstance(weight_dtype, Mapping):
+        unknown = sorted(set(weight_dtype) - set(COMPONENTS))
+        if unknown:
+            raise ValueError(f"weight_dtype names unknown components {unknown}; "
+                             f"known: {', '.join(COMPONENTS)}")
+        bits = {k: weight_bits(v) for k, v in weight_dtype.items()}
+        return {comp: bits.get(comp, 16.0) for comp in COMPONENTS}
+    b = weight_bits(weight_dtype)
+    other = b if b >= 16 else 16.0
+    return {comp: (b if comp in LINEAR_COMPONENTS else other) for comp in COMPONENTS}
+
+
+#: GPUs with FP4 tensor cores (NVIDIA Blackwell): vLLM runs MXFP4 experts natively there.
+NATIVE_FP4_GPUS = frozenset({"b200"})
+#: On every other GPU vLLM's MXFP4 MoE falls back to weight-only Marlin kernels, which pad each
+#: expert's intermediate size (per tensor-parallel rank) to a multiple of 128 and the hidden size
+#: to a multiple of 256 (``mxfp4_round_up_hidden_size_and_intermediate_size``, MARLIN branch, in
+#: ``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``, vLLM 0.33.0; vLLM issue #23278 logs
+#: the fallback on an H100: "Weight-only FP4 compression will be used leveraging the Marlin
+#: kernel", then "Model loading took 65.9651 GiB" for gpt-oss-120b).
+MARLIN_MXFP4_MULTIPLES = (128, 256)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def marlin_padding_bytes(counts: ParamCounts, arch: Architecture,
+                         weight_dtype: str | Mapping[str, str], tp: int, gpu: str | None) -> int:
+    """Bytes the engine adds on one GPU to lay MXFP4 experts out for Marlin (0 when the experts
+    are not MXFP4, the model has none, or the GPU runs FP4 natively).
+
+    Per expert: the three matrices grow from H × I/tp to H' × I' (I' = I/tp rounded up to 128,
+    H' = H rounded up to 256) at the format's bits; gpt-oss's bf16 expert biases grow from
+    2·I/tp + H to 2·I' + H' values.
+    """
+    fmt = weight_dtype.get("experts") if isinstance(weight_dtype, Mapping) else weight_dtype
+    moe = arch.moe
+    if (fmt != "mxfp4" or gpu in NATIVE_FP4_GPUS or moe is None or not counts.n_moe_layers
+            or moe.intermediate_size is None or arch.hidden_size is None):
+        return 0
+    hidden, inter = arch.hidden_size, -(-moe.intermediate_size // tp)
+    h_pad = _round_up(hidden, MARLIN_MXFP4_MULTIPLES[1])
+    i_pad = _round_up(inter, MARLIN_MXFP4_MULTIPLES[0])
+    mats = 3 if arch.mlp is not None and arch.mlp.gated else 2
+    extra_bits = mats * (h_pad * i_pad - hidden * inter) * weight_bits("mxfp4")
+    if moe.expert_bias:
+        extra_bits += (2 * (i_pad - inter) + (h_pad - hidden)) * 16
+    return math.ceil(counts.n_moe_layers * moe.n_experts * extra_bits / 8)
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """The weights one GPU holds as an engine loads them (bytes).
+
+    computed_bytes: ``weight_bytes`` of the parameter count; checkpoint_bytes: this GPU's share
+    of the published checkpoint when it is served in its own format (the total split as the
+    count splits: sharded components by tp, replicated ones whole), else None; padding_bytes:
+    what the engine adds to lay the format out for its kernels; basis: one line saying which.
+    """
+
+    computed_bytes: int
+    checkpoint_bytes: int | None
+    padding_bytes: int
+    basis: str
+
+    @property
+    def total_bytes(self) -> int:
+        """The weight term of the KV pool: the checkpoint where it applies, else the count,
+        plus the engine's padding."""
+        base = self.computed_bytes if self.checkpoint_bytes is None else self.checkpoint_bytes
+        return base + self.padding_bytes
+
+
+def loaded_weights(model: Any, weight_dtype: str | Mapping[str, str] = "bf16", tp: int = 1,
+                   gpu: str | None = None) -> LoadedWeights:
+    """The weights of ``model`` (a registry slug or a Model) on one of ``tp`` GPUs of kind
+    ``gpu`` (a slug of data/gpus.csv), as vLLM loads them: the published checkpoint's bytes when
+    ``weight_dtype`` is the checkpoint's own format, else the parameter count at that format;
+    plus Marlin's MXFP4 padding on GPUs without FP4 kernels."""
+    from .model import Model
+    from .registry import load_model
+
+    m = load_model(model) if isinstance(model, str) else model
+    if not isinstance(m, Model) or m.architecture is None:
+        raise ValueError(f"loaded_weights needs a registry slug or a Model read from a config, "
+                         f"got {model!r}")
+    counts = params_for(m)
+    computed = weight_bytes(counts, weight_dtype, tp)
+    padding = marlin_padding_bytes(counts, m.architecture, weight_dtype, tp, gpu)
+    ckpt = m.checkpoint
+    share = None
+    if ckpt is not None and _format_bits(ckpt.weight_format) == _format_bits(weight_dtype):
+        share = ckpt.total_size_bytes * computed // weight_bytes(counts, weight_dtype, 1)
+    basis = ("published checkpoint size" if share is not None
+             else f"parameter count at {_format_label(weight_dtype)}")
+    if padding:
+        basis += " + Marlin MXFP4 padding (no FP4 kernels on this GPU)"
+    return LoadedWeights(computed_bytes=computed, checkpoint_bytes=share, padding_bytes=padding,
+                         basis=basis)
+
+
+def _format_label(weight_dtype: str | Mapping[str, str]) -> str:
+    if isinstance(weight_dtype, str):
+        return weight_dtype
+    return ", ".join(f"{k} {v}" for k, v in sorted(weight_dtype.items())) + ", rest bf16"
+
+
+def checkpoint_gap(model: Any) -> dict[str, Any]:
+    """The published checkpoint against the parameter count at the checkpoint's format, and why
+    they differ: ``computed_bytes``, ``checkpoint_bytes``, ``gap_bytes`` (checkpoint −
+    computed) and ``explanation``. KeyError when the registry has no checkpoint size."""
+    from .registry import load_model
+
+    m = load_model(model) if isinstance(model, str) else model
+    if m.checkpoint is None:
+        raise KeyError(f"{m.name}: the registry has no published checkpoint size")
+    fmt, counts, arch = m.checkpoint.weight_format, params_for(m), m.architecture
+    computed = weight_bytes(counts, fmt)
+    gap = m.checkpoint.total_size_bytes - computed
+    bits = _format_bits(fmt)
+    if gap == 0:
+        why = "the checkpoint holds exactly the counted parameters at the format's bits"
+    elif (arch.moe is not None and arch.moe.expert_bias and arch.hidden_size
+          and arch.moe.intermediate_size):
+        biases = (counts.n_moe_layers * counts.n_experts
+                  * (2 * arch.moe.intermediate_size + arch.hidden_size))
+        bias_gap = math.ceil(biases * (16 - bits["experts"]) / 8)
+        why = (f"the experts' {biases:,} bias values are stored in bf16, where the count prices "
+               f"every expert value at {bits['experts']:g} bits: {bias_gap:,} bytes")
+        if bias_gap != gap:
+            why += f"; {gap - bias_gap:,} bytes unexplained"
+    else:
+        why = f"{gap:,} bytes unexplained"
+    return {"model": m.name, "format": _format_label(fmt), "computed_bytes": computed,
+            "checkpoint_bytes": m.checkpoint.total_size_bytes, "gap_bytes": gap,
+            "explanation": why, "source": m.checkpoint.source}
 
 
 def params_for(model: Any) -> ParamCounts:
