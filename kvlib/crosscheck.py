@@ -21,9 +21,9 @@ The two are not expected to agree everywhere, and the differences are named, not
 
 Any other disagreement is a kvlib bug. The measurement runs once, in
 ``tests/test_crosscheck.py``, which writes ``data/validation/crosscheck.csv`` (:func:`load_table`)
-and fails when the file no longer matches kvlib (:func:`stale_rows`) or transformers. ``torch`` and ``transformers`` are imported only when a
-measurement runs (pinned in pyproject's ``[crosscheck]`` extra: torch 2.13.0 CPU,
-transformers 5.24.0).
+and fails when the file no longer matches kvlib (:func:`stale_rows`) or transformers. ``torch``
+and ``transformers`` are imported only when a measurement runs (pinned in pyproject's
+``[crosscheck]`` extra: torch 2.13.0 CPU, transformers 5.24.0).
 """
 from __future__ import annotations
 

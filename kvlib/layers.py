@@ -15,8 +15,8 @@ Like vLLM's KV cache specs (``vllm/v1/kv_cache_interface.py``), every class answ
   spends in the layer's attention or recurrence.
 
 ``cache_kind`` says which engine cache the layer belongs to (``full``, ``sliding``,
-``chunked``, ``mla``, ``indexer``, ``state``, or ``none`` for a layer without cache). Counts in elements (``elements_per_token``,
-``state_elements``) remain for arithmetic that needs no format.
+``chunked``, ``mla``, ``indexer``, ``state``, or ``none`` for a layer without cache). Counts in
+elements (``elements_per_token``, ``state_elements``) remain for arithmetic that needs no format.
 
 ``tp`` is the tensor-parallel degree. The rules follow vLLM: KV heads are split across GPUs
 and replicated once GPUs outnumber them (``QKVParallelLinear`` in
