@@ -21,6 +21,8 @@ notes`` (all optional, empty = unused):
   (``misleading``, ``outdated``, ``unverifiable``...), recorded in data; the recomputed value
   and the automatic verdict are still reported.
 * ``computation = "unverifiable"`` — no primary source or inputs to recompute from.
+* ``expected_verdict`` — the verdict the book's prose explains for this claim; ``unexpected``
+  lists the claims whose recheck no longer gives it, and each chapter asserts there are none.
 
 The module itself is callable: ``kvlib.recheck("a01")`` is ``kvlib.recheck.recheck("a01")``.
 """
@@ -55,7 +57,7 @@ UNVERIFIABLE = "unverifiable"
 REQUIRED_COLUMNS = ("id", "claim", "source", "section", "quantity", "claimed", "unit",
                     "computation", "inputs", "notes")
 OPTIONAL_COLUMNS = ("source_url", "cite", "tolerance", "alt_inputs", "per_gpu_factor",
-                    "verdict_override", "override_reason")
+                    "verdict_override", "override_reason", "expected_verdict")
 
 #: Byte units a claim may be stated in, and the unit a writer may have meant instead.
 BYTE_UNITS = {"bytes": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": TIB,
@@ -569,6 +571,9 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
         row = claim
     name = str(row["computation"]).strip()
     unit = str(row["unit"])
+    expected = str(row.get("expected_verdict", "") or "").strip()
+    if expected and expected not in VERDICTS:
+        raise ValueError(f"expected_verdict {expected!r} is not one of {', '.join(VERDICTS)}")
     if name == UNVERIFIABLE:
         why = (str(row.get("override_reason", "") or "").strip()
                or "no primary source or inputs to recompute it from")
@@ -583,8 +588,8 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
 
 #: Columns of ``recheck_all()``, in order.
 RESULT_COLUMNS = ("id", "claim", "source", "claimed", "recomputed", "unit", "verdict", "reason",
-                  "auto_verdict", "alternative", "section", "quantity", "computation", "file",
-                  "source_url", "cite", "notes")
+                  "auto_verdict", "alternative", "expected_verdict", "section", "quantity",
+                  "computation", "file", "source_url", "cite", "notes")
 
 
 def recheck_all(claims: pd.DataFrame | None = None,
@@ -623,6 +628,17 @@ def recheck_all(claims: pd.DataFrame | None = None,
     result["claimed"] = result["claimed"].astype(float)
     result["recomputed"] = result["recomputed"].astype(float)
     return result
+
+
+def unexpected(results: pd.DataFrame, require: bool = False) -> pd.DataFrame:
+    """The rows of ``recheck_all()`` whose verdict is not their ``expected_verdict`` (columns
+    id, claim, expected_verdict, verdict, reason); with ``require``, rows that have no expected
+    verdict too. Empty when the data and the prose agree."""
+    expected = results["expected_verdict"].fillna("").astype(str).str.strip()
+    wrong = (expected != "") & (results["verdict"] != expected)
+    if require:
+        wrong |= expected == ""
+    return results.loc[wrong, ["id", "claim", "expected_verdict", "verdict", "reason"]]
 
 
 def verdict_counts(results: pd.DataFrame) -> dict[str, int]:
