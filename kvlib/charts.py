@@ -37,9 +37,9 @@ PALETTE = ["#1f5c99", "#e07b39", "#3a9a5b", "#b8403a", "#7d5ba6", "#8c6d31", "#d
            "#5f6b73", "#2aa7b8", "#b5b82a", "#222222", "#9c9ede"]
 
 #: Pixels a chart may use in the book's text column on a laptop (the column is ~688 px at a
-#: 1,280-px window) and on a phone (a 390-px screen leaves ~358 px).
+#: 1,280-px window) and on a phone (a 390-px screen leaves ~342 px inside a figure).
 COLUMN_WIDTH = 640
-PHONE_WIDTH = 340
+PHONE_WIDTH = 320
 
 #: A Vega expression, true when the chart's container is a phone's column (a chart drawn for
 #: the book's column would not fit).
@@ -83,10 +83,10 @@ def _theme() -> alt.theme.ThemeConfig:
             "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal",
                      "gridColor": "#e6e6e6", "domainColor": "#888", "tickColor": "#888"},
             # Legends below the plot, in as many columns of ~210 px as the chart's container
-            # holds: three in the book's column, one on a phone.
+            # holds: three in the book's column, one (with room for longer names) on a phone.
             "legend": {"labelFontSize": 12, "titleFontSize": 12, "orient": "bottom",
                        "columns": {"expr": "max(1, floor(containerSize()[0] / 210))"},
-                       "labelLimit": 190},
+                       "labelLimit": {"expr": f"{ON_PHONE} ? 290 : 190"}},
             "range": {"category": PALETTE},
             "bar": {"color": PALETTE[0]},
             "line": {"strokeWidth": 2.2},
@@ -145,8 +145,10 @@ def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str
     values on a log axis (when one bar would flatten the rest). Labels longer than the space a
     phone leaves are cut short (the tooltip has them whole)."""
     enc: dict[str, Any] = {
-        # on a log axis a bar starts at the axis' left end, not at a zero it cannot show
+        # on a log axis a bar starts at the axis' left end, not at a zero it cannot show; the
+        # title ends at the axis' right end, reaching left under the labels (room on a phone)
         "x": alt.X(f"{value}:Q", title=title, stack=None if log else alt.Undefined,
+                   axis=alt.Axis(titleAnchor="end", titleAlign="right"),
                    scale=alt.Scale(type="log", domainMin=float(df[value][df[value] > 0].min()) / 2,
                                    nice=False) if log else alt.Undefined),
         "y": alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(
@@ -363,7 +365,8 @@ def error_bars(df: pd.DataFrame, error: str, label: str, color: str, title: str,
         f"{label}:N", sort=alt.EncodingSortField(error, op="max", order="descending"), title=None,
         axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})))
     bars = base.mark_bar().encode(
-        x=alt.X("_shown:Q", title=title, scale=alt.Scale(domain=[-limit, limit])),
+        x=alt.X("_shown:Q", title=title, scale=alt.Scale(domain=[-limit, limit]),
+                axis=alt.Axis(titleAnchor="end", titleAlign="right")),
         color=_colour(color, data[color]),
         tooltip=[label, alt.Tooltip(f"{error}:Q", format="+.1f"), *tooltip])
     notes = base.mark_text(align="right", dx=-4, color="white", fontWeight="bold").encode(

@@ -44,6 +44,7 @@ import pandas as pd
 
 from .cost import cost_per_million_tokens
 from .registry import data_dir, load_model
+from .tables import number_text
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 
 TB, TIB = 1000**4, 1024**4
@@ -387,8 +388,9 @@ def _in_unit(value: float, unit: str) -> float:
     return value / unit_scale(unit)
 
 
-def _fmt(x: float) -> str:
-    return f"{x:,.4g}"
+def _fmt(x: float, significant: int = 4) -> str:
+    """A number for a reason line: ``significant`` digits, thousands separators, no exponent."""
+    return number_text(x, f"{{:,.{significant}g}}")
 
 
 def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | None = None,
@@ -422,7 +424,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
     if close(ours, tol):
         exact_in_slip = (slip is not None and ours != value
                          and math.isclose(_in_unit(recomputed_raw, slip), value))
-        note = f" (exactly {value:g} {slip}: the source computed in {slip})" if exact_in_slip else ""
+        note = (f" (exactly {_fmt(value, 6)} {slip}: the source computed in {slip})"
+                if exact_in_slip else "")
         return Verdict(value, ours, unit, "holds", f"{_fmt(ours)} {unit} rounds to the claim{note}",
                        "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
@@ -438,8 +441,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
             only = "" if kind == "unit slip" else "only "
             return Verdict(value, ours, unit, kind,
                            f"{_fmt(ours)} {unit} as stated; {_fmt(alt)} {only}{label}", kind, label)
-    return Verdict(value, ours, unit, "wrong", f"recomputed {_fmt(ours)} {unit}, not {value:g}",
-                   "wrong")
+    return Verdict(value, ours, unit, "wrong",
+                   f"recomputed {_fmt(ours)} {unit}, not {_fmt(value, 6)}", "wrong")
 
 
 # --- claims files --------------------------------------------------------------------------------

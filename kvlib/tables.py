@@ -64,12 +64,12 @@ def _decimals(values: pd.Series) -> int:
 def number_text(value: Any, fmt: Formatter | None = None, decimals: int | None = None) -> str:
     """One cell as a reader sees it: ``fmt`` (a format string such as ``"{:,.2f}"`` or a
     function) when given, else thousands separators and ``decimals`` decimals for floats;
-    never an exponent or a ``-0``; ``MISSING`` for None/NaN; yes/no for booleans."""
+    never an exponent or a ``-0``; ``MISSING`` for None/NaN and blanks; yes/no for booleans."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return MISSING
     if fmt is not None:
         text = fmt(value) if callable(fmt) else fmt.format(value)
-        return _tidy(text, value, None if callable(fmt) else fmt)
+        return _tidy(text, value, None if callable(fmt) else fmt) or MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, Integral):
@@ -79,7 +79,7 @@ def number_text(value: Any, fmt: Formatter | None = None, decimals: int | None =
             return MISSING
         places = 2 if decimals is None else decimals
         return _tidy(f"{float(value):,.{places}f}", value)
-    return str(value)
+    return str(value) or MISSING
 
 
 def range_text(low: float, high: float, spec: str = ".1f") -> str:
@@ -186,14 +186,24 @@ class Table:
         digest.update("|".join(map(str, frame.columns)).encode())
         self.table_id = "kvlib-table-" + digest.hexdigest()[:10]
 
-    def _controls(self) -> str:
+    def _texts(self) -> dict[Any, list[str]]:
+        """Every cell as the reader sees it, column by column."""
+        frame = self.frame
+        texts = {}
+        for c in frame.columns:
+            places = (_decimals(frame[c]) if _is_number_column(frame[c])
+                      and pd.api.types.is_float_dtype(frame[c]) else None)
+            texts[c] = [number_text(v, self.formats.get(c), places) for v in frame[c]]
+        return texts
+
+    def _controls(self, texts: Mapping[Any, list[str]]) -> str:
         if not self.filters:
             return ""
         parts = [f'<input type="search" class="kvlib-table-search" placeholder="filter rows…" '
                  f'aria-label="filter rows" data-table="{self.table_id}">']
-        for column in self.filters:
-            options = "".join(f'<option value="{html.escape(str(v))}">{html.escape(str(v))}</option>'
-                              for v in sorted(self.frame[column].dropna().astype(str).unique()))
+        for column in self.filters:  # the options are the texts shown, which the script matches
+            options = "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>'
+                              for v in sorted(set(texts[column])))
             parts.append(f'<label>{html.escape(self.labels[column])} <select class="kvlib-table-filter" '
                          f'data-table="{self.table_id}" data-column="{html.escape(str(column))}">'
                          f'<option value="">all</option>{options}</select></label>')
@@ -203,13 +213,10 @@ class Table:
 
     def _repr_html_(self) -> str:
         frame = self.frame
+        texts = self._texts()
         numeric = {c for c in frame.columns if _is_number_column(frame[c])}
-        places = {c: _decimals(frame[c]) for c in numeric
-                  if pd.api.types.is_float_dtype(frame[c])}
-
         # short text stays on one line (the box scrolls sideways); long text wraps
-        long = {c for c in frame.columns if c not in numeric
-                and frame[c].astype(str).str.len().max() > 30}
+        long = {c for c in frame.columns if c not in numeric and max(map(len, texts[c]), default=0) > 30}
 
         def cls(c: Any) -> str:
             return ' class="num"' if c in numeric else ' class="long"' if c in long else ""
@@ -218,14 +225,13 @@ class Table:
                        f'title="click to sort">{html.escape(self.labels[c])}</th>'
                        for c in frame.columns)
         body = []
-        for row in frame.itertuples(index=False, name=None):
+        for i, row in enumerate(frame.itertuples(index=False, name=None)):
             cells = "".join(
                 f'<td{cls(c)} data-column="{html.escape(str(c))}" data-sort="{html.escape(_sort_key(v))}">'
-                f"{html.escape(number_text(v, self.formats.get(c), places.get(c)))}</td>"
-                for c, v in zip(frame.columns, row))
+                f"{html.escape(texts[c][i])}</td>" for c, v in zip(frame.columns, row))
             body.append(f"<tr>{cells}</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return (f'<div class="kvlib-table-wrap">{self._controls()}'
+        return (f'<div class="kvlib-table-wrap">{self._controls(texts)}'
                 f'<table class="kvlib-table" id="{self.table_id}">{caption}'
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 

@@ -26,6 +26,9 @@ def test_table_html_has_controls_sort_keys_and_escapes(frame):
     assert "y &amp; z" in html
     assert "3 rows" in html
     assert "kvlib-table-search" not in tables.table(frame)._repr_html_()  # no filters: no box
+    # a drop-down offers the texts the cells show (the script compares them), e.g. yes/no
+    flags = tables.table(frame.assign(ok=[True, False, True]), filters=["ok"])._repr_html_()
+    assert '<option value="no">no</option><option value="yes">yes</option>' in flags
 
 
 def test_table_ids_are_reproducible_and_content_hashed(frame):
