@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -27,9 +26,9 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from .tables import Table, table, use_for_dataframes
+from .tables import table, use_for_dataframes  # chapters call charts.table
 
-__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "Table", "answer_explorer",
+__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "answer_explorer",
            "error_bars", "heatmap", "kind_colour", "lines", "lines_with_marks", "priced_lines",
            "responsive", "sorted_bars", "stacked_bars", "table", "use_book_theme", "versus_chart"]
 
@@ -80,7 +79,9 @@ def _theme() -> alt.theme.ThemeConfig:
         "config": {
             "view": {"continuousWidth": COLUMN_WIDTH - 80, "continuousHeight": 320, "stroke": None},
             "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
-            "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal",
+            # axis titles a little smaller on a phone, where a long one spans the whole chart
+            "axis": {"labelFontSize": 12, "titleFontSize": {"expr": f"{ON_PHONE} ? 11 : 13"},
+                     "titleFontWeight": "normal",
                      "gridColor": "#e6e6e6", "domainColor": "#888", "tickColor": "#888"},
             # Legends below the plot, in as many columns of ~210 px as the chart's container
             # holds: three in the book's column, one (with room for longer names) on a phone.

@@ -106,19 +106,25 @@ _INSPECT = r"""notes => {
   const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.innerText.trim());
   const blankHeads = Array.from(art.querySelectorAll('table thead th'))
     .filter(th => th.innerText.trim() === '').length;
+  const citeLabels = Array.from(document.querySelectorAll('div.citation > .label'))
+    .map(l => l.innerText.replace(/[\[\]]/g, '').trim());
   return {scrollWidth: se.scrollWidth, clientWidth: se.clientWidth, col, charts, cells, blankHeads,
+          citeLabels,
           notes: notes.filter(n => text.includes(n)),
           rawPandas: art.querySelectorAll('table.dataframe').length,
           mathRendered: document.querySelectorAll('mjx-container').length,
           chartErrors: window.kvlibChartErrors || []};
 }"""
 _ARTEFACTS = [re.compile(r"\d+\.0{6}\b"), re.compile(r"^-0([.,]0*)?$"), re.compile(r"\de[+-]\d\d")]
+#: A bibliography label as a reader reads it: "Kwon et al., 2023a", "NVIDIA, 2024", "TildAlice, n.d.".
+_AUTHOR_YEAR = re.compile(r".+, (\d{4}|n\.d\.)[a-z]?")
 
 
 def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, server, reader):
     """At 1,280 and 390 px: every page renders offline (charts drawn, formulas typeset, no
     error, no request leaving the machine), nothing scrolls sideways, every chart lies inside
-    the article column, no working note shows and no table cell is a pandas artefact."""
+    the article column, no working note shows, no table cell is a pandas artefact and every
+    bibliography label is author–year."""
     pages = _pages(built_book)
     assert any(p.startswith("chapters/") for p in pages), pages
     failures = []
@@ -145,6 +151,9 @@ def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, serve
             if bad or seen["rawPandas"] or seen["blankHeads"]:
                 failures.append(f"{where}: pandas artefacts {bad[:5]}, {seen['rawPandas']} raw "
                                 f"DataFrame tables, {seen['blankHeads']} unnamed header cells")
+            keys = [label for label in seen["citeLabels"] if not _AUTHOR_YEAR.fullmatch(label)]
+            if keys:
+                failures.append(f"{where}: bibliography labels that are not author–year {keys[:5]}")
             if rel == "chapters/01_per_token_kv.html" and (
                     len(seen["charts"]) < 2 or seen["mathRendered"] < 2):
                 failures.append(f"{where}: chapter 1 lost its charts or its formulas")

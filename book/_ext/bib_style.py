@@ -2,7 +2,7 @@
 the author–year citations in the text, instead of pybtex's alpha keys ("[KLZ+23a]").
 
 Registers the pybtex formatting style ``authoryear`` (``bibtex_default_style`` in _config.yml):
-pybtex's ``unsrt`` entries, labelled by surname(s) and year, sorted by author, year and title.
+pybtex's ``unsrt`` entries, labelled by surname(s) and year, sorted by that label and title.
 Two entries of one bibliography with the same label get "a", "b" after the year.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.sorting import BaseSortingStyle
 
 
 def _plain(latex: str) -> str:
@@ -49,12 +50,21 @@ class AuthorYearLabelStyle(BaseLabelStyle):
         return f"{who}, {entry.fields.get('year', 'n.d.')}"
 
 
+class AuthorYearSortingStyle(BaseSortingStyle):
+    """Alphabetical by the label a reader sees (organisations and people alike), then title."""
+
+    def sorting_key(self, entry):
+        label = AuthorYearLabelStyle().format_label(entry)
+        return label.casefold(), _plain(entry.fields.get("title", "")).casefold()
+
+
 class AuthorYearStyle(UnsrtStyle):
     default_label_style = "authoryear"
-    default_sorting_style = "author_year_title"
+    default_sorting_style = "authoryear"
 
 
 def setup(app):
     register_plugin("pybtex.style.labels", "authoryear", AuthorYearLabelStyle)
+    register_plugin("pybtex.style.sorting", "authoryear", AuthorYearSortingStyle)
     register_plugin("pybtex.style.formatting", "authoryear", AuthorYearStyle)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
