@@ -21,6 +21,8 @@ notes`` (all optional, empty = unused):
   (``misleading``, ``outdated``, ``unverifiable``...), recorded in data; the recomputed value
   and the automatic verdict are still reported.
 * ``computation = "unverifiable"`` — no primary source or inputs to recompute from.
+* ``expected_verdict`` — the verdict the book's prose explains for this claim; ``unexpected``
+  lists the claims whose recheck no longer gives it, and each chapter asserts there are none.
 
 The module itself is callable: ``kvlib.recheck("a01")`` is ``kvlib.recheck.recheck("a01")``.
 """
@@ -43,6 +45,7 @@ import pandas as pd
 from .checks import number
 from .cost import cost_per_million_tokens
 from .registry import data_dir, load_model
+from .tables import number_text
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 
 TB, TIB = 1000**4, 1024**4
@@ -56,7 +59,7 @@ UNVERIFIABLE = "unverifiable"
 REQUIRED_COLUMNS = ("id", "claim", "source", "section", "quantity", "claimed", "unit",
                     "computation", "inputs", "notes")
 OPTIONAL_COLUMNS = ("source_url", "cite", "tolerance", "alt_inputs", "per_gpu_factor",
-                    "verdict_override", "override_reason")
+                    "verdict_override", "override_reason", "expected_verdict")
 
 #: Byte units a claim may be stated in, and the unit a writer may have meant instead.
 BYTE_UNITS = {"bytes": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": TIB,
@@ -386,8 +389,9 @@ def _in_unit(value: float, unit: str) -> float:
     return value / unit_scale(unit)
 
 
-def _fmt(x: float) -> str:
-    return f"{x:,.4g}"
+def _fmt(x: float, significant: int = 4) -> str:
+    """A number for a reason line: ``significant`` digits, thousands separators, no exponent."""
+    return number_text(x, f"{{:,.{significant}g}}")
 
 
 def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | None = None,
@@ -421,7 +425,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
     if close(ours, tol):
         exact_in_slip = (slip is not None and ours != value
                          and math.isclose(_in_unit(recomputed_raw, slip), value))
-        note = f" (exactly {value:g} {slip}: the source computed in {slip})" if exact_in_slip else ""
+        note = (f" (exactly {_fmt(value, 6)} {slip}: the source computed in {slip})"
+                if exact_in_slip else "")
         return Verdict(value, ours, unit, "holds", f"{_fmt(ours)} {unit} rounds to the claim{note}",
                        "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
@@ -437,8 +442,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
             only = "" if kind == "unit slip" else "only "
             return Verdict(value, ours, unit, kind,
                            f"{_fmt(ours)} {unit} as stated; {_fmt(alt)} {only}{label}", kind, label)
-    return Verdict(value, ours, unit, "wrong", f"recomputed {_fmt(ours)} {unit}, not {value:g}",
-                   "wrong")
+    return Verdict(value, ours, unit, "wrong",
+                   f"recomputed {_fmt(ours)} {unit}, not {_fmt(value, 6)}", "wrong")
 
 
 # --- claims files --------------------------------------------------------------------------------
@@ -570,6 +575,9 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
         row = claim
     name = str(row["computation"]).strip()
     unit = str(row["unit"])
+    expected = str(row.get("expected_verdict", "") or "").strip()
+    if expected and expected not in VERDICTS:
+        raise ValueError(f"expected_verdict {expected!r} is not one of {', '.join(VERDICTS)}")
     if name == UNVERIFIABLE:
         why = (str(row.get("override_reason", "") or "").strip()
                or "no primary source or inputs to recompute it from")
@@ -584,8 +592,8 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
 
 #: Columns of ``recheck_all()``, in order.
 RESULT_COLUMNS = ("id", "claim", "source", "claimed", "recomputed", "unit", "verdict", "reason",
-                  "auto_verdict", "alternative", "section", "quantity", "computation", "file",
-                  "source_url", "cite", "notes")
+                  "auto_verdict", "alternative", "expected_verdict", "section", "quantity",
+                  "computation", "file", "source_url", "cite", "notes")
 
 
 def recheck_all(claims: pd.DataFrame | None = None,
@@ -624,6 +632,17 @@ def recheck_all(claims: pd.DataFrame | None = None,
     result["claimed"] = result["claimed"].astype(float)
     result["recomputed"] = result["recomputed"].astype(float)
     return result
+
+
+def unexpected(results: pd.DataFrame, require: bool = False) -> pd.DataFrame:
+    """The rows of ``recheck_all()`` whose verdict is not their ``expected_verdict`` (columns
+    id, claim, expected_verdict, verdict, reason); with ``require``, rows that have no expected
+    verdict too. Empty when the data and the prose agree."""
+    expected = results["expected_verdict"].fillna("").astype(str).str.strip()
+    wrong = (expected != "") & (results["verdict"] != expected)
+    if require:
+        wrong |= expected == ""
+    return results.loc[wrong, ["id", "claim", "expected_verdict", "verdict", "reason"]]
 
 
 def verdict_counts(results: pd.DataFrame) -> dict[str, int]:
