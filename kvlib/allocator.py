@@ -412,21 +412,19 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
     """
     reqs = _validate(requests, pool_tokens, policy, block_size, max_model_len, max_batch, allocator)
     n = len(reqs)
+    ids = None if prefix_ids is None else _prefix_lists(prefix_ids, reqs, policy, block_size)
     arrival = _arrivals(n, arrival_rate, arrival_steps, seed)
     order = np.argsort(arrival, kind="stable")
     reqs, arrival = reqs[order], arrival[order]
     prompt, final = reqs[:, 0], reqs.sum(axis=1)
-    if prefix_ids is not None:
-        ids = _prefix_lists(prefix_ids, reqs, policy, block_size)
-        ids = [ids[i] for i in order.tolist()]
     if policy == "paged":
         num_blocks = pool_tokens // block_size
         fits = -(-final // block_size) <= num_blocks
         args = (prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist())
-        if prefix_ids is None:
+        if ids is None:
             trace = _run_paged(*args, block_size, num_blocks, max_batch or n)
         else:
-            kept = [ids[i] for i in np.flatnonzero(fits).tolist()]
+            kept = [ids[i] for i in order[fits].tolist()]
             trace = _run_paged_prefix(*args, kept, block_size, num_blocks, max_batch or n)
     else:
         footprint = np.array([reserved_tokens(int(p), int(f - p), policy, max_model_len)
@@ -684,34 +682,41 @@ def _run_paged_prefix(prompt: list[int], final: list[int], arrival: list[int], i
                     grow += hist[(t + 1 + j) % bs]
                     j += 1
                 e, preempt = t + j, True
-                before = private + len(refs) + grow - hist[e % bs]
-                peak_used = max(peak_used, before)
+                grow -= hist[e % bs]            # growth up to step e − 1 fits
+                peak_used = max(peak_used, private + len(refs) + grow)
                 peak_tokens = max(peak_tokens, running * (e - 1) + csum)
             private += grow
-            if not preempt:
-                evict_to_fit()
-        if preempt:
-            lru.clear()                         # every free block went to growth
-            while private + len(refs) > nb:
-                r, g = stack.pop()
-                if not running_flag[r] or gen[r] != g:
-                    continue
-                c = offset[r]
-                release(r, -(-(e + c) // bs))
-                running -= 1
-                csum -= c
-                hist[(1 - c) % bs] -= 1
-                held = e - 1 + c
-                pre_start.append(s0[r])
-                pre_end.append(held)
-                pre_final.append(final[r])
-                s0[r] = held
-                gen[r] += 1
-                running_flag[r] = 0
-                requeued.appendleft(r)
-                preemptions += 1
-                recomputed += held
             evict_to_fit()
+        if preempt:
+            # Step e request by request, oldest first, as vLLM's scheduler does: a request that
+            # needs a block when none is free preempts the newest running request (perhaps
+            # itself), whose freed blocks the next requests take.
+            stack[:] = [(r, g) for r, g in stack if running_flag[r] and gen[r] == g]
+            for r, _ in list(stack):
+                if (e + offset[r]) % bs != 1 % bs:
+                    continue
+                while nb - private - len(refs) == 0 and running_flag[r]:
+                    v, gv = stack.pop()
+                    if not running_flag[v] or gen[v] != gv:
+                        continue
+                    c = offset[v]
+                    held = e - 1 + c
+                    release(v, -(-held // bs))
+                    running -= 1
+                    csum -= c
+                    hist[(1 - c) % bs] -= 1
+                    pre_start.append(s0[v])
+                    pre_end.append(held)
+                    pre_final.append(final[v])
+                    s0[v] = held
+                    gen[v] += 1
+                    running_flag[v] = 0
+                    requeued.appendleft(v)
+                    preemptions += 1
+                    recomputed += held
+                if running_flag[r]:
+                    private += 1
+                    evict_to_fit()
         else:
             while running < max_batch:
                 if requeued:

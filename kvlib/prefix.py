@@ -523,8 +523,13 @@ class RadixCache:
             node = node.parent  # type: ignore[assignment]
 
     def _push(self, node: _Node) -> None:
-        if node is not self.root and not node.children and node.lock == 0:
+        if node is not self.root and node.key is not None and not node.children and node.lock == 0:
             heapq.heappush(self._heap, (node.last, node.serial, node))
+
+    def _push_all(self, nodes: list[_Node]) -> None:
+        """Heap entries for the evictable leaves among ``nodes`` (older entries go stale)."""
+        for node in nodes:
+            self._push(node)
 
     def _evict(self, units: int) -> None:
         """Free at least ``units`` units by deleting least-recently-used unlocked leaves."""
@@ -550,6 +555,7 @@ class RadixCache:
         last, hit = self._walk(units[:limit], False, touched)
         cap = self.capacity_units
         if cap is not None:
+            self._push_all(touched)                      # their stamps changed: fresh heap entries
             need = alloc - hit
             if alloc > cap:
                 raise ValueError(f"a request of {alloc} units does not fit {cap} units")
@@ -559,8 +565,7 @@ class RadixCache:
                 self._lock(last, -1)
         self._walk(units, True, touched)
         if cap is not None:
-            for node in touched:  # leaves stamped now (their older heap entries are stale)
-                self._push(node)
+            self._push_all(touched)
         return hit
 
 
