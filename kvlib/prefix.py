@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections import OrderedDict, deque
+from itertools import islice
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,7 +352,7 @@ class VllmBlockCache:
         n = self.capacity_blocks or 0
         self._unhashed: list[int] = list(range(n - 1, -1, -1))  # block 0 is handed out first
         self._lru: OrderedDict[int, None] = OrderedDict()
-        self._hash: list[int] = [-1] * n                 # block → id it caches (-1: none)
+        self._hash: dict[int, int] = {}                  # block → id it caches, if any
         self._first: dict[int, int] = {}                 # id → block a lookup returns
         self._extra: dict[int, list[int]] = {}           # id → later duplicates, in cache order
 
@@ -380,36 +381,47 @@ class VllmBlockCache:
         fresh = min(alloc - k, len(unhashed))            # get_new_blocks, from the front:
         new = unhashed[len(unhashed) - fresh:][::-1]     # first the blocks without a hash,
         del unhashed[len(unhashed) - fresh:]
-        for _ in range(alloc - k - fresh):               # then the least recently freed
-            b = lru.popitem(last=False)[0]
-            h = hashes[b]
-            if first[h] == b and h not in self._extra:
-                del first[h]
-            else:
-                self._drop_duplicate(b, h)
-            hashes[b] = -1
-            new.append(b)
-        self.evicted_blocks += alloc - k - fresh
-        for b, h in zip(new, ids[k:]):                   # cache_full_blocks
-            hashes[b] = h
-            if h in first:
-                self._extra.setdefault(h, []).append(b)
-            else:
-                first[h] = b
-        cached = len(ids) - k                            # free, tail first: blocks without a
+        evict = alloc - k - fresh                        # then the least recently freed
+        if evict:
+            victims = list(islice(lru, evict))
+            deque(map(lru.__delitem__, victims), 0)
+            gone = list(map(hashes.pop, victims))
+            if self._extra:
+                for b, h in zip(victims, gone):
+                    self._drop(b, h)
+            else:                                        # every id in exactly one block
+                deque(map(first.__delitem__, gone), 0)
+            new += victims
+            self.evicted_blocks += evict
+        rest = ids[k:]                                   # cache_full_blocks
+        if first.keys().isdisjoint(rest):
+            first.update(zip(rest, new))
+            hashes.update(zip(new, rest))
+        else:
+            for b, h in zip(new, rest):
+                hashes[b] = h
+                if h in first:
+                    self._extra.setdefault(h, []).append(b)
+                else:
+                    first[h] = b
+        cached = len(rest)                               # free, tail first: blocks without a
         unhashed.extend(new[cached:])                    # hash to the front (last block first),
         lru.update(dict.fromkeys(new[cached - 1::-1] if cached else ()))  # hashed ones to the back
         lru.update(dict.fromkeys(hit[::-1]))
         return k
 
-    def _drop_duplicate(self, b: int, h: int) -> None:
-        """Evict block ``b`` of an id cached in more than one block (vLLM keeps all copies)."""
-        extra = self._extra[h]
+    def _drop(self, b: int, h: int) -> None:
+        """Evict block ``b`` holding id ``h`` when some id is cached in more than one block
+        (vLLM keeps every copy; a lookup takes the one cached first)."""
+        extra = self._extra.get(h)
         if self._first[h] == b:
-            self._first[h] = extra.pop(0)
+            if extra:
+                self._first[h] = extra.pop(0)
+            else:
+                del self._first[h]
         else:
-            extra.remove(b)
-        if not extra:
+            extra.remove(b)  # type: ignore[union-attr]
+        if extra is not None and not extra:
             del self._extra[h]
 
 
