@@ -73,10 +73,9 @@ def tiled_trace(n_requests: int) -> BlockTrace:
     counts = np.diff(base.offsets)
     ids = np.concatenate([base.hash_ids + c * id_step for c in range(copies)])
     offsets = np.concatenate([[0], np.cumsum(np.tile(counts, copies))])
-    tile = (lambda a: np.tile(a, copies))
     stamps = np.concatenate([base.timestamps_ms + c * span for c in range(copies)])  # type: ignore[operator]
-    trace = BlockTrace(ids, offsets, tile(base.input_tokens), base.block_size,
-                       tile(base.output_tokens), stamps)
+    trace = BlockTrace(ids, offsets, np.tile(base.input_tokens, copies), base.block_size,
+                       np.tile(base.output_tokens, copies), stamps)
     return trace.head(n_requests)
 
 

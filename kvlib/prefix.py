@@ -34,9 +34,9 @@ from __future__ import annotations
 import heapq
 import json
 from collections import OrderedDict, deque
-from itertools import islice
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +127,8 @@ class BlockTrace:
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         flat = (np.fromiter((x for h in hash_ids for x in h), dtype=np.int64, count=int(offsets[-1]))
                 if offsets[-1] else np.zeros(0, dtype=np.int64))
-        col = (lambda a: None if a is None else np.asarray(a, dtype=np.int64))
         return cls(flat, offsets, np.asarray(input_tokens, dtype=np.int64), block_size,
-                   col(output_tokens), col(timestamps_ms), ids_cover_output)
+                   _column(output_tokens), _column(timestamps_ms), ids_cover_output)
 
     @classmethod
     def from_records(cls, records: Iterable[Mapping[str, Any]], block_size: int) -> "BlockTrace":
@@ -168,10 +167,14 @@ class BlockTrace:
         """The first ``n`` requests."""
         n = min(positive_integer("n", n), len(self))
         end = int(self.offsets[n])
-        cut = (lambda a: None if a is None else a[:n])
+        outputs = None if self.output_tokens is None else self.output_tokens[:n]
+        stamps = None if self.timestamps_ms is None else self.timestamps_ms[:n]
         return BlockTrace(self.hash_ids[:end], self.offsets[:n + 1], self.input_tokens[:n],
-                          self.block_size, cut(self.output_tokens), cut(self.timestamps_ms),
-                          self.ids_cover_output)
+                          self.block_size, outputs, stamps, self.ids_cover_output)
+
+
+def _column(values: ArrayLike | None) -> NDArray[np.int64] | None:
+    return None if values is None else np.asarray(values, dtype=np.int64)
 
 
 def load_trace(path: str | Path, block_size: int) -> BlockTrace:
@@ -477,20 +480,6 @@ class RadixCache:
         self._serial += 1
         return _Node(key, parent, self._clock, self._serial)
 
-    def match(self, units: list, limit: int) -> int:
-        """Units of ``units[:limit]`` the tree holds now (state unchanged)."""
-        key, node, matched = units[:limit], self.root, 0
-        while matched < len(key):
-            child = node.children.get(key[matched])
-            if child is None:
-                break
-            cp = _common_prefix(child.key, key[matched:])
-            matched += cp
-            if cp < len(child.key):
-                break
-            node = child
-        return matched
-
     def _walk(self, key: list, insert: bool, touched: list[_Node]) -> tuple[_Node, int]:
         """Match (and with ``insert``, add) ``key`` from the root, splitting the node where the
         match ends and stamping every node on the path (appended to ``touched``). Returns the
@@ -602,11 +591,6 @@ class PrefixReplay:
     def hit_rate(self) -> float:
         """Cached ÷ prompt tokens over all requests (a fraction)."""
         return float(self.hit_tokens.sum() / self.prompt_tokens.sum())
-
-    @property
-    def computed_tokens(self) -> NDArray[np.int64]:
-        """Prompt tokens each request prefilled (tokens)."""
-        return self.prompt_tokens - self.hit_tokens
 
 
 def _radix_requests(requests: Sequence[Any], outputs: Sequence[Any] | None

@@ -66,12 +66,6 @@ class RoutingResult:
         counts = self.requests_per_replica
         return float(counts.max() / counts.mean())
 
-    @property
-    def compute_imbalance(self) -> float:
-        """Busiest replica's prefill tokens ÷ the mean (1 = perfectly even)."""
-        work = self.computed_per_replica
-        return float(work.max() / work.mean()) if work.sum() else 1.0
-
 
 def route_requests(requests: BlockTrace | Sequence[Any], n_replicas: int, policy: str, *,
                    block_size: int = 16, capacity_blocks: int | None = None,
@@ -130,5 +124,5 @@ def route_requests(requests: BlockTrace | Sequence[Any], n_replicas: int, policy
         replica.append(r)
         hits.append(k * block_size)
         prompts.append(n)
-    as_int = (lambda x: np.asarray(x, dtype=np.int64))
-    return RoutingResult(policy, r_count, as_int(replica), as_int(hits), as_int(prompts))
+    return RoutingResult(policy, r_count, np.asarray(replica, dtype=np.int64),
+                         np.asarray(hits, dtype=np.int64), np.asarray(prompts, dtype=np.int64))

@@ -17,9 +17,18 @@ from hypothesis import strategies as st
 import kvlib
 from kvlib import prompts
 from kvlib.allocator import simulate
-from kvlib.prefix import (MOONCAKE_BLOCK_TOKENS, BlockTrace, RadixCache, VllmBlockCache, block_requests,
-                          load_trace, mooncake_conversation, prompt_block_ids, read_trace_csv,
-                          replay_prefix_cache)
+from kvlib.prefix import (
+    MOONCAKE_BLOCK_TOKENS,
+    BlockTrace,
+    RadixCache,
+    VllmBlockCache,
+    block_requests,
+    load_trace,
+    mooncake_conversation,
+    prompt_block_ids,
+    read_trace_csv,
+    replay_prefix_cache,
+)
 from kvlib.workloads import sharegpt
 
 
@@ -91,10 +100,12 @@ def test_mooncake_readme_example():
 
 def _small_workloads():
     return [
-        prompts.system_prompt_chat(40, system_tokens=150, user_tokens=40, output_tokens=20, n_system_prompts=3),
+        prompts.system_prompt_chat(40, system_tokens=150, user_tokens=40, output_tokens=20,
+                                   n_system_prompts=3),
         prompts.multi_turn_chat(8, turns=4, system_tokens=120, user_tokens=30, output_tokens=40),
         prompts.few_shot(40, shots=3, shot_tokens=30, query_tokens=20, output_tokens=10, pool=6),
-        prompts.rag(40, n_documents=12, docs_per_request=3, doc_tokens=40, question_tokens=15, output_tokens=10),
+        prompts.rag(40, n_documents=12, docs_per_request=3, doc_tokens=40, question_tokens=15,
+                    output_tokens=10),
         prompts.agent_loop(5, steps=4, system_tokens=80, n_tools=4, tool_tokens=30, task_tokens=20,
                            call_tokens=15, observation_tokens=40),
     ]
@@ -278,7 +289,8 @@ def test_trace_readers_agree(tmp_path):
     jsonl = tmp_path / "t.jsonl"
     jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     csv_path = tmp_path / "t.csv"
-    csv_path.write_text("timestamp_ms,input_tokens,output_tokens,hash_id_runs\n0,1030,5,0-2\n7,1500,9,0-1 9\n")
+    csv_path.write_text("timestamp_ms,input_tokens,output_tokens,hash_id_runs\n"
+                        "0,1030,5,0-2\n7,1500,9,0-1 9\n")
     a, b = load_trace(jsonl, 512), read_trace_csv(csv_path, 512)
     for field in ("hash_ids", "offsets", "input_tokens", "output_tokens", "timestamps_ms"):
         assert np.array_equal(getattr(a, field), getattr(b, field)), field
