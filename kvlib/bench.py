@@ -83,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
     """Run the benchmarks and print one line per measurement."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[100_000, 1_000_000],
-                        help="requests for the paging simulation (default: 100000 1000000)")
+                        help="requests for the paging simulation (default: 100000 1000000; 0 skips)")
     parser.add_argument("--chat-sessions", type=int, default=300,
                         help="conversations in the kvlib-vs-vLLM replay (default 300; 0 skips)")
     parser.add_argument("--trace-requests", type=int, default=1_000_000,
                         help="requests in the trace-form replay (default 1000000; 0 skips)")
     args = parser.parse_args(argv)
-    for n in args.sizes:
+    for n in (n for n in args.sizes if n > 0):
         seconds, res = run(n)
         print(f"{n:>9,} requests: {seconds:6.2f} s, {n / seconds:>9,.0f} requests/s, "
               f"{res.token_steps / seconds:>13,.0f} token-steps/s "

@@ -343,8 +343,11 @@ class VllmBlockCache:
 
     ``capacity_blocks`` = usable blocks (vLLM's ``num_gpu_blocks`` − 1 null block); ``None``
     keeps every block ever computed. Between requests every block is free, and vLLM's free
-    queue is two parts: blocks without a hash at the front (``_unhashed``, a stack whose top is
-    the front) and hashed blocks behind them in release order (``_lru``, oldest first).
+    queue is two parts: blocks without a hash at the front (interchangeable: only their number
+    matters) and hashed blocks behind them in release order (``_lru``, oldest first). A hashed
+    block is keyed by the id it caches; when vLLM holds a second copy of an id (a block
+    recomputed although cached), the copy gets a key ``(id, n)`` and ``_copies[id]`` lists the
+    id's keys in caching order — a lookup takes the first, as vLLM's ``get_one_block`` does.
     """
 
     def __init__(self, capacity_blocks: int | None = None) -> None:
@@ -352,18 +355,33 @@ class VllmBlockCache:
             "capacity_blocks", capacity_blocks)
         self.evicted_blocks = 0
         self._cached: set[int] = set()                   # unbounded: every id ever cached
-        n = self.capacity_blocks or 0
-        self._unhashed: list[int] = list(range(n - 1, -1, -1))  # block 0 is handed out first
-        self._lru: OrderedDict[int, None] = OrderedDict()
-        self._hash: dict[int, int] = {}                  # block → id it caches, if any
-        self._first: dict[int, int] = {}                 # id → block a lookup returns
-        self._extra: dict[int, list[int]] = {}           # id → later duplicates, in cache order
+        self._unhashed = self.capacity_blocks or 0       # free blocks without a hash
+        self._lru: OrderedDict[Any, None] = OrderedDict()
+        self._copies: dict[int, list[Any]] = {}          # id → its keys, if it has a copy key
+        self._copy_keys: set[Any] = set()                # every key of the ids in _copies
+        self._serial = 0
+
+    def _keys(self, ids: Sequence[int]) -> list[Any]:
+        """Keys of the longest cached run of ``ids`` (all free between requests)."""
+        copies, lru = self._copies, self._lru
+        if not copies or copies.keys().isdisjoint(ids):
+            found = list(map(lru.__contains__, ids))
+            k = found.index(False) if False in found else len(found)
+            return list(ids[:k])
+        keys = []
+        for h in ids:
+            key = copies[h][0] if h in copies else (h if h in lru else None)
+            if key is None:
+                break
+            keys.append(key)
+        return keys
 
     def match(self, ids: Sequence[int], limit: int) -> int:
         """Blocks of ``ids[:limit]`` a lookup would hit now (state unchanged)."""
-        table = self._cached if self.capacity_blocks is None else self._first
-        found = list(map(table.__contains__, ids[:limit]))
-        return found.index(False) if False in found else len(found)
+        if self.capacity_blocks is None:
+            found = list(map(self._cached.__contains__, ids[:limit]))
+            return found.index(False) if False in found else len(found)
+        return len(self._keys(ids[:limit]))
 
     def serve(self, ids: list[int], limit: int, alloc: int) -> int:
         """Admit, run and free one request that may hit ``ids[:limit]``, holds ``alloc`` blocks
@@ -375,57 +393,51 @@ class VllmBlockCache:
             return k
         if alloc > cap:
             raise ValueError(f"a request of {alloc} blocks does not fit {cap} blocks")
-        first, lru, hashes, unhashed = self._first, self._lru, self._hash, self._unhashed
-        hit = list(map(first.get, ids[:limit]))          # the longest cached run
-        if None in hit:
-            del hit[hit.index(None):]
+        lru = self._lru
+        hit = self._keys(ids[:limit])                    # the longest cached run
         k = len(hit)
         deque(map(lru.__delitem__, hit), 0)              # touch: out of the free queue
-        fresh = min(alloc - k, len(unhashed))            # get_new_blocks, from the front:
-        new = unhashed[len(unhashed) - fresh:][::-1]     # first the blocks without a hash,
-        del unhashed[len(unhashed) - fresh:]
+        fresh = min(alloc - k, self._unhashed)           # get_new_blocks, from the front:
+        self._unhashed -= fresh                          # first the blocks without a hash,
         evict = alloc - k - fresh                        # then the least recently freed
         if evict:
             victims = list(islice(lru, evict))
             deque(map(lru.__delitem__, victims), 0)
-            gone = list(map(hashes.pop, victims))
-            if self._extra:
-                for b, h in zip(victims, gone):
-                    self._drop(b, h)
-            else:                                        # every id in exactly one block
-                deque(map(first.__delitem__, gone), 0)
-            new += victims
+            if self._copy_keys and not self._copy_keys.isdisjoint(victims):
+                for key in victims:
+                    if key in self._copy_keys:
+                        self._forget(key)
             self.evicted_blocks += evict
         rest = ids[k:]                                   # cache_full_blocks
-        if first.keys().isdisjoint(rest):
-            first.update(zip(rest, new))
-            hashes.update(zip(new, rest))
+        if lru.keys().isdisjoint(rest) and (not self._copies or self._copies.keys().isdisjoint(rest)):
+            keys = rest
         else:
-            for b, h in zip(new, rest):
-                hashes[b] = h
-                if h in first:
-                    self._extra.setdefault(h, []).append(b)
-                else:
-                    first[h] = b
-        cached = len(rest)                               # free, tail first: blocks without a
-        unhashed.extend(new[cached:])                    # hash to the front (last block first),
-        lru.update(dict.fromkeys(new[cached - 1::-1] if cached else ()))  # hashed ones to the back
-        lru.update(dict.fromkeys(hit[::-1]))
+            keys = [self._new_key(h) for h in rest]
+        self._unhashed += alloc - k - len(rest)          # free, tail first: blocks without a
+        lru.update(dict.fromkeys(keys[::-1]))            # hash to the front, hashed ones to
+        lru.update(dict.fromkeys(hit[::-1]))             # the back
         return k
 
-    def _drop(self, b: int, h: int) -> None:
-        """Evict block ``b`` holding id ``h`` when some id is cached in more than one block
-        (vLLM keeps every copy; a lookup takes the one cached first)."""
-        extra = self._extra.get(h)
-        if self._first[h] == b:
-            if extra:
-                self._first[h] = extra.pop(0)
-            else:
-                del self._first[h]
-        else:
-            extra.remove(b)  # type: ignore[union-attr]
-        if extra is not None and not extra:
-            del self._extra[h]
+    def _new_key(self, h: int) -> Any:
+        """Key for a newly cached block of id ``h``: ``h``, or a copy key if ``h`` is cached."""
+        if h not in self._copies and h not in self._lru:
+            return h
+        self._serial += 1
+        key = (h, self._serial)
+        keys = self._copies.setdefault(h, [h])
+        keys.append(key)
+        self._copy_keys.update(keys)
+        return key
+
+    def _forget(self, key: Any) -> None:
+        """Drop evicted ``key`` from the copy lists."""
+        h = key[0] if isinstance(key, tuple) else key
+        keys = self._copies[h]
+        keys.remove(key)
+        self._copy_keys.discard(key)
+        if not keys or keys == [h]:
+            del self._copies[h]
+            self._copy_keys.difference_update(keys)
 
 
 # --- SGLang: a radix tree with LRU leaf eviction ---------------------------------------------

@@ -491,9 +491,9 @@ def test_simulate_prefix_ids_refused():
 def test_vllm_block_cache_match_does_not_change_state():
     cache = VllmBlockCache(8)
     cache.serve([1, 2, 3], 3, 4)
-    before = (dict(cache._first), list(cache._lru))
+    before = list(cache._lru)
     assert cache.match([1, 2, 9], 3) == 2 and cache.match([1, 2, 3], 2) == 2
-    assert (dict(cache._first), list(cache._lru)) == before
+    assert list(cache._lru) == before == [3, 2, 1], "released tail first: 3 is evicted first"
 
 
 def test_public_names():
