@@ -14,6 +14,9 @@ from .layers import (AttentionLayer, GatedDeltaNetLayer, IndexerKeyLayer, Mamba1
                      Mamba2Layer, MLALayer, StatelessLayer, heads_per_gpu, mamba_groups_per_gpu,
                      split_evenly)
 from .model import Model, model_from_layers
+from .prefix import BlockTrace, PrefixReplay, replay_prefix_cache
+from .prefix_cost import input_cost_per_million
+from .routing import route_requests
 from .quant import FORMATS as KV_FORMATS, KVFormat, kv_format
 from .recheck import VERDICTS, recheck_all  # kvlib.recheck(claim) is callable too
 from .registry import data_dir, load_model, model_record, model_slugs, registry_table
@@ -33,4 +36,5 @@ __all__ = [
     "dollars_per_hour_for_cost", "tokens_per_second_for_cost", "GPU", "gpu_slugs", "load_gpu",
     "load_prices", "ParamCounts", "count_params", "params_for", "weight_bytes", "loaded_weights", "CALIBRATED",
     "DATASHEET", "Efficiency", "Step", "critical_batch", "decode_step", "prefill_step",
+    "BlockTrace", "PrefixReplay", "replay_prefix_cache", "input_cost_per_million", "route_requests",
 ]

@@ -319,6 +319,39 @@ def _decode_speedup(model: str, gpu: str, batch_from: int, batch_to: int, contex
     return rates[1] / rates[0]
 
 
+def _prefix_trace_stat(stat: str, trace: str = "mooncake_conversation") -> float:
+    """A statistic of a stored trace (``data/traces``): ``requests``, ``mean_input_tokens``,
+    ``mean_output_tokens`` or ``hit_rate`` (vLLM semantics, unbounded cache; a fraction)."""
+    from .prefix import mooncake_conversation, replay_prefix_cache
+
+    traces = {"mooncake_conversation": mooncake_conversation}
+    if trace not in traces:
+        raise ValueError(f"unknown trace {trace!r}; one of {sorted(traces)}")
+    t = traces[trace]()
+    stats = {"requests": lambda: len(t), "mean_input_tokens": lambda: t.input_tokens.mean(),
+             "mean_output_tokens": lambda: t.output_tokens.mean(),  # type: ignore[union-attr]
+             "hit_rate": lambda: replay_prefix_cache(t, block_size=t.block_size).hit_rate}
+    if stat not in stats:
+        raise ValueError(f"unknown trace statistic {stat!r}; one of {sorted(stats)}")
+    return float(stats[stat]())
+
+
+def _prefix_hit_tokens(hash_ids: list, input_tokens: list, block_size: int,
+                       engine: str = "vllm") -> float:
+    """Tokens the last of these trace requests hits, replayed in order (``kvlib.prefix``)."""
+    from .prefix import BlockTrace, replay_prefix_cache
+
+    trace = BlockTrace.from_lists(hash_ids, input_tokens, block_size)
+    return float(replay_prefix_cache(trace, engine=engine, block_size=block_size).hit_tokens[-1])
+
+
+def _cached_discount(provider: str, model: str) -> float:
+    """1 − cached-input price ÷ input price (``data/cached_input_prices.csv``; a fraction)."""
+    from .prefix_cost import cached_share
+
+    return 1 - cached_share(provider, model)
+
+
 #: Computation name → function of the claim's inputs. Byte-valued ones return bytes, fractions
 #: are fractions (a claim in % is compared ×100), everything else is in the claim's unit.
 COMPUTATIONS: dict[str, Callable[..., float]] = {
@@ -347,6 +380,9 @@ COMPUTATIONS: dict[str, Callable[..., float]] = {
     "model_weight_bytes": _model_weight_bytes,
     "critical_batch": _critical_batch,
     "decode_speedup": _decode_speedup,
+    "prefix_trace_stat": _prefix_trace_stat,
+    "prefix_hit_tokens": _prefix_hit_tokens,
+    "cached_discount": _cached_discount,
 }
 
 
