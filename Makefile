@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP) node_modules/.package-lock.json
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-vllm.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[book,test,crosscheck]"
+	$(PIP) install -q --no-deps -r requirements-vllm.txt
 	touch $(STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from .hardware import gpu_slugs, load_gpu, load_prices
-from .registry import model_record
+from .registry import load_model
 from .serving import ServingPoint, serving_point
 
 #: Generated tokens of a landing-page request; the rest of its length is prompt.
@@ -37,11 +37,9 @@ def published_weight_format(slug: str) -> str | dict[str, str]:
 
     Raises ValueError for a quantization method kvlib does not map (it never guesses bits).
     """
-    config = model_record(slug)["config"]
-    quant = config.get("quantization_config")
-    if not quant:
+    method = load_model(slug).architecture.quant_method
+    if method is None:
         return "bf16"
-    method = str(quant.get("quant_method", ""))
     if method not in _QUANT_FORMATS:
         raise ValueError(f"{slug}: quantization method {method!r} has no kvlib weight format "
                          f"(known: {', '.join(_QUANT_FORMATS)}); pass weight_dtype explicitly")

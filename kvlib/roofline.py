@@ -41,7 +41,6 @@ from typing import Any
 
 from .capacity import _resolve_gpu, _resolve_model
 from .hardware import GPU, allreduce_latency, compute_dtype_for
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer, StatelessLayer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
 
@@ -169,28 +168,35 @@ def _counts(model: Model) -> ParamCounts:
 
 
 def blocks(model: Model | str) -> Blocks:
-    """Count a model's blocks: its mixers, and its FFNs — one per layer, except in stacks
-    whose layers are single blocks (Nemotron-H: an MLP/MoE-only layer is a ``StatelessLayer``),
-    where the FFNs are the stateless layers. MoE FFNs are the config's MoE layers."""
+    """Count a model's blocks from its architecture record, decoder layer by decoder layer: the
+    mixer (softmax attention, MLA, a recurrent mixer; a Falcon-H1 ``parallel`` layer runs both an
+    attention and a Mamba-2 mixer) and the feed-forward block (dense MLP or MoE). A Nemotron-H
+    layer is a mixer *or* an FFN, so its stack counts the mixers it really has."""
     return _blocks(_resolve_model(model))
+
+
+_MIXER_KINDS = {"full": ("attention",), "sliding": ("attention",), "chunked": ("attention",),
+                "mla": ("mla",), "mamba1": ("recurrent",), "mamba2": ("recurrent",),
+                "gated_deltanet": ("recurrent",), "parallel": ("attention", "recurrent"),
+                "none": ()}
+_FFN_KINDS = {"dense": ("dense_ffn",), "moe": ("moe_ffn",), "none": ()}
 
 
 @lru_cache(maxsize=256)
 def _blocks(m: Model) -> Blocks:
-    counts = _counts(m)
-    attention = sum(isinstance(layer, AttentionLayer) for layer in m.layers)
-    mla = sum(isinstance(layer, MLALayer) for layer in m.layers)
-    recurrent = sum(isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)) for layer in m.layers)
-    single = sum(isinstance(layer, StatelessLayer) for layer in m.layers)
-    ffns = single if single else m.n_layers
-    return Blocks(attention=attention, mla=mla, recurrent=recurrent,
-                  dense_ffn=ffns - counts.n_moe_layers, moe_ffn=counts.n_moe_layers)
+    if m.architecture is None:
+        raise ValueError(f"model {m.name!r} carries no architecture record: its blocks come from "
+                         "its config.json (build it with Model.from_hf_config)")
+    counts = dict.fromkeys(BLOCK_KINDS, 0)
+    for spec in m.architecture.layers:
+        for kind in (*_MIXER_KINDS[spec.mixer], *_FFN_KINDS[spec.ffn]):
+            counts[kind] += 1
+    return Blocks(**counts)
 
 
 def hidden_size(model: Model) -> int:
     """The model's hidden size (elements per token of the activations an all-reduce sums)."""
-    arch = getattr(model, "architecture", None)  # kvlib.hf_config's record, where present
-    value = arch.hidden_size if arch is not None else model.config.get("hidden_size")
+    value = model.architecture.hidden_size if model.architecture is not None else None
     if not value:
         raise ValueError(f"model {model.name!r}: config field 'hidden_size' is missing (needed "
                          "for the all-reduce message size)")
@@ -322,21 +328,11 @@ def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str]
 
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
-    2·heads·(d_k + d_v) per cached token per layer (windows capped; MLA in its absorbed
-    latent form, d_k = r + d_R, d_v = r); recurrent layers ≈ 4 FLOPs per state element."""
-    total = 0.0
-    heads = model.n_heads or 0
-    for layer in model.layers:
-        if isinstance(layer, AttentionLayer):
-            held = layer.tokens_held(context_tokens)
-            v = layer.v_head_dim or layer.head_dim
-            total += 2 * heads * (layer.head_dim + v) * held / tp
-        elif isinstance(layer, MLALayer):
-            mla_heads = int(model.config.get("num_attention_heads", heads) or 0)
-            total += 2 * mla_heads * (2 * layer.kv_lora_rank + layer.rope_dim) * context_tokens / tp
-        elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-            total += 4 * layer.state_elements(tp)
-    return total
+    the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
+    d_v) per cached token, windows capped; MLA in its absorbed latent form, d_k = r + d_R,
+    d_v = r; recurrent layers ≈ 4 FLOPs per state element)."""
+    return sum(layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
+               for layer in model.layers)
 
 
 def _compute_dtype(weight_dtype: str | Mapping[str, str]) -> str:

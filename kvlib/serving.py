@@ -139,18 +139,6 @@ class ServingPoint:
         return input_cost, cost_per_million_tokens(hourly * (1 - share), self.tokens_per_s)
 
 
-def supports_tp(model: Model, tp: int) -> bool:
-    """Whether the model's heads split over ``tp`` GPUs as vLLM requires (the per-token and
-    recurrent state arithmetic raises ValueError where they do not)."""
-    try:
-        model.kv_bytes_per_token("bf16", tp=tp)
-        if model.dtype is not None:
-            model.state_bytes(tp=tp)
-    except ValueError:
-        return False
-    return True
-
-
 def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tokens: int,
                   n_gpus: int | None = None, batch: int | None = None,
                   tp_degrees: Sequence[int] = TP_DEGREES,
@@ -184,7 +172,7 @@ def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tok
                 weight_format=format_label(wd), kv_dtype=kv_dtype,
                 gpu_memory_utilization=float(gpu_memory_utilization), engine=engine)
     for tp in degrees:
-        if not supports_tp(m, tp) or (tp > 1 and g.link_bytes_per_s is None):
+        if not m.supports_tp(tp) or (tp > 1 and g.link_bytes_per_s is None):
             continue
         pool = kv_pool(m, g, n_gpus=tp, gpu_memory_utilization=gpu_memory_utilization,
                        weight_dtype=wd, kv_dtype=kv_dtype)

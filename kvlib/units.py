@@ -6,8 +6,6 @@ and the name of every helper says which one it uses.
 """
 from __future__ import annotations
 
-import math
-
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
@@ -52,7 +50,7 @@ def elements_to_bytes(n_elements: int, dtype: str) -> int:
     """Bytes that ``n_elements`` values of ``dtype`` occupy, rounded up to whole bytes."""
     if n_elements < 0:
         raise ValueError(f"element count must be >= 0, got {n_elements}")
-    return math.ceil(n_elements * dtype_bits(dtype) / 8)
+    return -(-n_elements * dtype_bits(dtype) // 8)  # exact integer arithmetic
 
 
 def to_kib(n_bytes: float) -> float:
