@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from .checks import integer, number, positive_integer
 from .hardware import GPU, load_gpu
 from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
@@ -132,8 +133,8 @@ class CacheGroup:
         if self.kind == "sliding":
             assert self.window is not None
             tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
-            return math.ceil(tokens / self.block_size) + 1
-        return math.ceil(max_model_len / self.block_size)
+            return -(-tokens // self.block_size) + 1
+        return -(-max_model_len // self.block_size)
 
 
 def _layer_token_bytes(layer: Any, tp: int, kv_dtype: str) -> int:
@@ -291,7 +292,7 @@ class Pool:
 
     def blocks_per_request(self, context_tokens: int) -> int:
         """Blocks one request of ``context_tokens`` needs, summed over the groups."""
-        _check_positive_int("context_tokens", context_tokens)
+        positive_integer("context_tokens", context_tokens)
         per_group = {g.kind: g for g in self.groups}
         total = 0
         for g in self.groups:
@@ -326,12 +327,6 @@ class Pool:
             (f"= KV pool ({self.num_blocks:,} blocks)", self.kv_bytes_per_gpu),
         ]
         return pd.DataFrame([{"term": t, "bytes": int(b), "gib": b / GIB} for t, b in rows])
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _resolve_model(model: Model | str) -> Model:
@@ -383,12 +378,60 @@ def _vocab(config: Mapping[str, Any]) -> int:
     return int(vocab)
 
 
+#: Config keys vLLM reads a model's maximum context from, smallest wins (``ModelConfig``'s
+#: ``_get_and_verify_max_len``, vllm/config/model.py at 0052a5b8).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_target_positions", "max_sequence_length",
+                 "max_seq_length", "seq_len")
+
+
+def derived_max_model_len(model: Model) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts for ``model`` without an override (tokens).
+
+    vLLM's rule (``_get_and_verify_max_len``): the smallest of the config's length keys
+    (``model_max_length`` wins when set), times the RoPE scaling ``factor`` unless the scaling
+    type is llama3, longrope or su (YaRN starts from ``original_max_position_embeddings``;
+    Gemma-3's length is already scaled). None when the config names no length: vLLM then takes
+    the defaults transformers fills in (e.g. 131,072 for Gemma-3), which kvlib does not model.
+    """
+    config = model.config
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    lengths = {key: positive_integer(f"config field {key!r}", text[key])
+               for key in _MAX_LEN_KEYS if text.get(key) is not None}
+    if not lengths:
+        return None
+    derived = lengths.get("model_max_length") or min(lengths.values())
+    rope = text.get("rope_parameters") or text.get("rope_scaling")
+    if isinstance(rope, Mapping) and "gemma3" not in str(text.get("model_type", "")):
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind not in ("su", "longrope", "llama3", "default", None):
+            if kind == "yarn":
+                derived = positive_integer("rope_scaling.original_max_position_embeddings",
+                                           rope.get("original_max_position_embeddings"))
+            derived = derived * number("rope_scaling.factor", rope.get("factor", 1.0),
+                                       positive=True)
+    return int(derived)
+
+
+def check_max_model_len(model: Model, max_model_len: int, allow_long: bool = False) -> int:
+    """``max_model_len`` (tokens) if the model accepts it: ValueError past
+    ``derived_max_model_len`` unless ``allow_long`` (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    tokens = positive_integer("max_model_len", max_model_len)
+    limit = derived_max_model_len(model)
+    if limit is not None and tokens > limit and not allow_long:
+        raise ValueError(f"{tokens:,} tokens exceed {model.name}'s maximum context of {limit:,} "
+                         "tokens (vLLM refuses such a max_model_len; override with "
+                         "allow_long_max_model_len=True, kvlib fit --allow-long-context)")
+    return tokens
+
+
 def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
             gpu_memory_utilization: float = VLLM_DEFAULT_UTILIZATION_OLD,
             weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
             max_num_batched_tokens: int = 8192, max_num_seqs: int | None = None,
             block_size: int = DEFAULT_BLOCK_SIZE, overheads: Overheads = VLLM,
-            weights_bytes_per_gpu: int | None = None) -> Pool:
+            weights_bytes_per_gpu: int | None = None, max_model_len: int | None = None,
+            allow_long_max_model_len: bool = False) -> Pool:
     """The KV pool vLLM would allocate for ``model`` on ``n_gpus`` × ``gpu`` (tensor parallel).
 
     model: a ``Model`` or registry slug; gpu: a ``GPU`` or slug of ``data/gpus.csv``;
@@ -400,24 +443,27 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     pass (tokens); max_num_seqs: sampled rows in the profile (default: vLLM's by GPU);
     block_size: tokens per KV block; overheads: the activation/non-torch model
     (``NO_OVERHEADS`` reproduces "budget − weights"); weights_bytes_per_gpu: override the
-    computed weights (e.g. with a logged "Model loading took").
+    computed weights (e.g. with a logged "Model loading took"); max_model_len: the context the
+    engine is started with (tokens), refused past the model's own maximum
+    (``derived_max_model_len``) as vLLM refuses it, unless ``allow_long_max_model_len`` (vLLM's
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
     """
     m = _resolve_model(model)
     g = _resolve_gpu(gpu)
-    tp = _check_positive_int("n_gpus", n_gpus)
-    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization,
-                                                                  (int, float)) or not (
-            0 < gpu_memory_utilization <= 1):
+    tp = positive_integer("n_gpus", n_gpus)
+    if not 0 < number("gpu_memory_utilization", gpu_memory_utilization) <= 1:
         raise ValueError("gpu_memory_utilization must be in (0, 1], "
                          f"got {gpu_memory_utilization!r}")
-    mnbt = _check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    seqs = default_max_num_seqs(g) if max_num_seqs is None else _check_positive_int(
+    mnbt = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
+    seqs = default_max_num_seqs(g) if max_num_seqs is None else positive_integer(
         "max_num_seqs", max_num_seqs)
+    if max_model_len is not None:
+        check_max_model_len(m, max_model_len, allow_long_max_model_len)
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
     counts = params_for(m)
     weights = (weight_bytes(counts, weight_dtype, tp) if weights_bytes_per_gpu is None
-               else int(weights_bytes_per_gpu))
+               else integer("weights_bytes_per_gpu", weights_bytes_per_gpu))
     config = m.config
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, config, tp) * 2)
     sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(config) * 4)
@@ -458,9 +504,9 @@ def _weight_format(text: str) -> str | dict[str, str]:
 
 def engine_logs() -> pd.DataFrame:
     """``data/engine_logs.csv``: public serving-engine start-up logs, one per row (``id``)."""
-    from .registry import data_dir
+    from .data import csv_path
 
-    return pd.read_csv(data_dir() / "engine_logs.csv", dtype=str,
+    return pd.read_csv(csv_path("engine_logs.csv"), dtype=str,
                        keep_default_na=False).set_index("id")
 
 

@@ -6,15 +6,14 @@ compute in FLOP/s (decimal, as datasheets give them), dense tensor-core rates (d
 """
 from __future__ import annotations
 
-import difflib
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 
-from .registry import data_dir
+from .checks import number, positive_integer
+from .data import csv_path, resolve_slug
 
 #: Element formats whose matmuls run on the FP8 tensor cores; everything else (bf16/fp16
 #: weights, and weight-only int4/fp4 formats that dequantize to 16-bit) uses the 16-bit rate.
@@ -46,16 +45,15 @@ class GPU:
     notes: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.memory_bytes_stated, int) or self.memory_bytes_stated <= 0:
-            raise ValueError(f"{self.slug}: memory_bytes_stated must be a positive integer")
+        positive_integer(f"{self.slug}: memory_bytes_stated", self.memory_bytes_stated)
         for name in ("memory_bytes_runtime", "memory_bytes_nvml"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{self.slug}: {name} must be a positive integer or None")
+            if value is not None:
+                positive_integer(f"{self.slug}: {name}", value)
         for name in ("hbm_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{self.slug}: {name} must be positive or None, got {value!r}")
+            if value is not None:
+                number(f"{self.slug}: {name}", value, positive=True)
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -113,8 +111,9 @@ def _gpu_rows(path: Path, mtime: float) -> pd.DataFrame:
 
 
 def gpu_table() -> pd.DataFrame:
-    """``data/gpus.csv`` as a DataFrame indexed by slug (strings, as stored)."""
-    path = data_dir() / "gpus.csv"
+    """``data/gpus.csv`` as a DataFrame indexed by slug (strings, as stored; every row checked
+    by ``kvlib.data``)."""
+    path = csv_path("gpus.csv")
     return _gpu_rows(path, path.stat().st_mtime).copy()
 
 
@@ -126,10 +125,7 @@ def gpu_slugs() -> list[str]:
 def load_gpu(slug: str) -> GPU:
     """The GPU for a slug, e.g. ``load_gpu("h100-sxm")``; KeyError names close matches."""
     table = gpu_table()
-    if slug not in table.index:
-        close = difflib.get_close_matches(str(slug), list(table.index), n=5, cutoff=0.4)
-        hint = f"; close matches: {', '.join(close)}" if close else ""
-        raise KeyError(f"unknown GPU {slug!r}{hint} (see data/gpus.csv)")
+    resolve_slug("GPU", slug, table.index, "data/gpus.csv")
     row = table.loc[slug]
     return GPU(slug=slug, name=row["name"], memory_bytes_stated=int(row["memory_bytes_stated"]),
                memory_bytes_runtime=_int_or_none(row["memory_bytes_runtime"]),
@@ -141,8 +137,9 @@ def load_gpu(slug: str) -> GPU:
 
 
 def load_prices() -> pd.DataFrame:
-    """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer)."""
-    path = data_dir() / "prices.csv"
+    """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer; every
+    row checked by ``kvlib.data``: a positive price, a date, a source)."""
+    path = csv_path("prices.csv")
     prices = pd.read_csv(path, keep_default_na=False, dtype={"date": str})
     unknown = sorted(set(prices["gpu"]) - set(gpu_slugs()))
     if unknown:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .capacity import _resolve_gpu, _resolve_model
+from .checks import integer, number, positive_integer
 from .hardware import GPU, compute_dtype_for
 from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
@@ -47,13 +48,9 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         for key in ("bandwidth", "compute"):
-            value = getattr(self, key)
-            if not (0 < value <= 1):
-                raise ValueError(f"Efficiency.{key} must be in (0, 1], got {value!r}")
+            number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
         for key in ("step_overhead_s", "allreduce_s"):
-            value = getattr(self, key)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"Efficiency.{key} must be >= 0, got {value!r}")
+            number(f"Efficiency.{key}", getattr(self, key), minimum=0)
 
 
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
@@ -116,18 +113,12 @@ class Step:
         return self.flops / self.bytes
 
 
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def expected_experts(n_experts: int, experts_per_token: int, tokens: int) -> float:
     """Distinct experts a batch of ``tokens`` touches in one MoE layer, in expectation, when
     each token picks ``experts_per_token`` of ``n_experts`` uniformly: E·(1 − (1 − k/E)^B)."""
-    _check_int("n_experts", n_experts)
-    _check_int("experts_per_token", experts_per_token)
-    _check_int("tokens", tokens)
+    positive_integer("n_experts", n_experts)
+    positive_integer("experts_per_token", experts_per_token)
+    positive_integer("tokens", tokens)
     if experts_per_token > n_experts:
         raise ValueError("experts_per_token cannot exceed n_experts")
     return n_experts * (1 - (1 - experts_per_token / n_experts) ** tokens)
@@ -207,9 +198,9 @@ def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_token
     token each, on ``n_gpus`` tensor-parallel ``gpu``s. ``efficiency=DATASHEET`` gives the
     pure roofline."""
     m, g = _resolve_model(model), _resolve_gpu(gpu)
-    b = _check_int("batch", batch)
-    ctx = _check_int("context_tokens", context_tokens, 0)
-    tp = _check_int("n_gpus", n_gpus)
+    b = positive_integer("batch", batch)
+    ctx = integer("context_tokens", context_tokens)
+    tp = positive_integer("n_gpus", n_gpus)
     counts = params_for(m)
     w = step_weight_bytes(counts, weight_dtype, tp, b)
     kv = b * m.kv_bytes(ctx, kv_dtype, tp=tp) if ctx else 0
@@ -224,9 +215,9 @@ def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_token
     once, writes the prompts' KV, and does 2 × active params per token plus causal attention
     (each token attends to the tokens before it: ≈ T²/2 pairs per prompt)."""
     m, g = _resolve_model(model), _resolve_gpu(gpu)
-    b = _check_int("batch", batch)
-    t = _check_int("prompt_tokens", prompt_tokens)
-    tp = _check_int("n_gpus", n_gpus)
+    b = positive_integer("batch", batch)
+    t = positive_integer("prompt_tokens", prompt_tokens)
+    tp = positive_integer("n_gpus", n_gpus)
     counts = params_for(m)
     tokens = b * t
     w = step_weight_bytes(counts, weight_dtype, tp, tokens)
@@ -280,7 +271,7 @@ def generation_time_s(model: Model | str, gpu: GPU | str, *, batch: int, prompt_
                       efficiency: Efficiency = CALIBRATED, samples: int = 16) -> float:
     """Seconds a static batch takes: one prefill of ``batch × prompt_tokens`` then
     ``output_tokens`` decode steps at growing context (integrated over ``samples`` points)."""
-    _check_int("output_tokens", output_tokens)
+    positive_integer("output_tokens", output_tokens)
     pre = prefill_step(model, gpu, batch=batch, prompt_tokens=prompt_tokens, n_gpus=n_gpus,
                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, efficiency=efficiency)
     n = min(samples, output_tokens)
@@ -300,10 +291,10 @@ def calibration_cases() -> "pd.DataFrame":
     to registry models and GPUs (one measured case per row, indexed by throughput id)."""
     import pandas as pd
 
-    from .registry import data_dir
+    from .data import csv_path
 
-    cases = pd.read_csv(data_dir() / "roofline_calibration.csv", keep_default_na=False)
-    measured = pd.read_csv(data_dir() / "throughput.csv").set_index("id")
+    cases = pd.read_csv(csv_path("roofline_calibration.csv"), keep_default_na=False)
+    measured = pd.read_csv(csv_path("throughput.csv")).set_index("id")
     missing = sorted(set(cases["throughput_id"]) - set(measured.index))
     if missing:
         raise ValueError(f"roofline_calibration.csv names unknown throughput rows {missing}")

@@ -26,9 +26,10 @@ import pandas as pd
 
 from . import capacity, roofline
 from .capacity import NO_OVERHEADS, VLLM, Overheads
+from .data import csv_path
 from .hardware import load_gpu
 from .params import params_for
-from .registry import data_dir, load_model
+from .registry import load_model
 from .roofline import DATASHEET, Efficiency
 from .units import GIB
 
@@ -105,7 +106,7 @@ def memory_validation(overheads: Overheads = VLLM) -> pd.DataFrame:
                                                            base["tp"], row["kv_cache_dtype"] or "bf16",
                                                            1 if row["engine"] == "sglang" else 16)),
                          "logged": logged_t})
-    extra = pd.read_csv(data_dir() / "validation" / "engine_logs.csv", dtype=str,
+    extra = pd.read_csv(csv_path("validation/engine_logs.csv"), dtype=str,
                         keep_default_na=False)
     for _, row in extra.iterrows():
         base = {"id": row["id"], "model": row["model_slug"], "gpu": row["gpu_slug"],
@@ -149,10 +150,10 @@ def speed_points() -> pd.DataFrame:
     model, GPU, dtypes, batch, lengths, metric and value, its ``mode`` ("static": a batch of
     ``batch`` requests prefilled then decoded together, metric output tokens/s; "itl": one decode
     step at the batch, metric seconds per output token) and its independent ``source_group``."""
-    measured = pd.read_csv(data_dir() / "throughput.csv").set_index("id")
-    mapped = [pd.read_csv(data_dir() / "roofline_calibration.csv", keep_default_na=False)
+    measured = pd.read_csv(csv_path("throughput.csv")).set_index("id")
+    mapped = [pd.read_csv(csv_path("roofline_calibration.csv"), keep_default_na=False)
               .assign(batch="", origin="data/roofline_calibration.csv"),
-              pd.read_csv(data_dir() / "validation" / "throughput_mapping.csv",
+              pd.read_csv(csv_path("validation/throughput_mapping.csv"),
                           keep_default_na=False, dtype={"batch": str})
               .assign(origin="data/validation/throughput_mapping.csv")]
     rows = []
@@ -169,7 +170,7 @@ def speed_points() -> pd.DataFrame:
                          "input_tokens": int(t["input_tokens"]),
                          "output_tokens": int(t["output_tokens"]), "metric": t["metric"],
                          "value": float(t["value"]), "mode": m["mode"], "mapping": m["origin"]})
-    extra = pd.read_csv(data_dir() / "validation" / "throughput.csv", keep_default_na=False)
+    extra = pd.read_csv(csv_path("validation/throughput.csv"), keep_default_na=False)
     for _, t in extra.iterrows():
         rows.append({"id": t["id"], "source": t["source"], "source_url": t["source_url"],
                      "model": t["model_slug"], "gpu": t["gpu_slug"], "tp": int(t["tp"]),
