@@ -115,11 +115,13 @@ def execute_chapter(source: Path, output: Path | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         staged, executed = Path(tmp) / f"{source.stem}.ipynb", Path(tmp) / "executed.ipynb"
         nbformat.write(nb, staged)
+        # The kernel's own log (a TCP warning, an interrupt at shutdown) is kept off the
+        # reader's terminal: a failing cell's error is raised here and printed on one line.
         try:
             papermill.execute_notebook(str(staged), str(executed), parameters=parameters,
                                        kernel_name="python3", cwd=str(SOURCES),
                                        progress_bar=False, execution_timeout=timeout_s,
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
         except papermill.PapermillExecutionError as exc:
             output.unlink(missing_ok=True)
             raise ChapterError(source.stem, _one_line(f"{exc.ename}: {exc.evalue}")) from None
@@ -133,17 +135,17 @@ def execute_chapter(source: Path, output: Path | None = None,
     return output
 
 
-def _execute_one(source: str) -> str:
-    return str(execute_chapter(Path(source)))
+def _execute_one(source: str, output_dir: str) -> str:
+    return str(execute_chapter(Path(source), Path(output_dir) / f"{Path(source).stem}.ipynb"))
 
 
-def execute_all(jobs: int = 2) -> list[Path]:
-    """Execute every chapter, ``jobs`` at a time; ChapterError (one line per failed chapter)
-    after all have run if any failed."""
+def execute_all(jobs: int = 2, output_dir: Path = OUTPUT) -> list[Path]:
+    """Execute every chapter into ``output_dir``, ``jobs`` at a time; ChapterError (one line
+    per failed chapter) after all have run if any failed."""
     sources = [str(s) for s in chapter_sources()]
     done, failed = [], []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(_execute_one, s) for s in sources]
+        futures = [pool.submit(_execute_one, s, str(output_dir)) for s in sources]
         for future in futures:
             try:
                 done.append(Path(future.result()))
@@ -167,15 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapter", nargs="?", help="chapter stem, e.g. 01_per_token_kv")
     parser.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
                         help="override a parameter (Python literal or string)")
-    parser.add_argument("-o", "--output", type=Path, help="where to write the executed notebook")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="where to write the executed notebook (every chapter: a folder)")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     try:
         if args.chapter is None:
-            if args.p or args.output:
-                parser.error("-p and -o need a chapter")
-            for path in execute_all(args.jobs):
-                print(f"executed {path.relative_to(ROOT)}")
+            if args.p:
+                parser.error("-p needs a chapter")
+            for path in execute_all(args.jobs, args.output or OUTPUT):
+                print(f"executed {path}")
             return 0
         source = SOURCES / f"{args.chapter}.md"
         if not source.is_file():

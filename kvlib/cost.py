@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from .checks import number
 
 SECONDS_PER_HOUR = 3600
@@ -67,7 +69,7 @@ def serving_grid(model: object, gpus: "list[str]", batches: "list[int]", context
                  n_gpus: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                  gpu_memory_utilization: float = 0.9,
                  dollars_per_gpu_hour: "dict[str, float] | None" = None,
-                 efficiency: object = None) -> "pd.DataFrame":
+                 efficiency: object = None) -> pd.DataFrame:
     """One row per (GPU, decode batch): tokens/s from ``roofline.decode_step`` at
     ``context_tokens``, whether the batch fits the vLLM pool (``capacity.kv_pool``
     ``max_concurrency``), and — when ``dollars_per_gpu_hour`` gives the GPU's price — $ per
@@ -76,8 +78,6 @@ def serving_grid(model: object, gpus: "list[str]", batches: "list[int]", context
     A GPU whose pool cannot hold one request, or whose datasheet lacks a figure the roofline
     needs, gets no rows (``skipped`` in ``DataFrame.attrs`` says why).
     """
-    import pandas as pd
-
     from .capacity import kv_pool
     from .roofline import CALIBRATED, decode_step
 

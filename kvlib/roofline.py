@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from .capacity import _resolve_gpu, _resolve_model
 from .checks import integer, number, positive_integer
+from .data import csv_path
 from .hardware import GPU, compute_dtype_for
 from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
-from .units import dtype_bits
 
 
 @dataclass(frozen=True)
@@ -286,13 +288,9 @@ def generation_time_s(model: Model | str, gpu: GPU | str, *, batch: int, prompt_
 
 # --- calibration on measured throughputs ----------------------------------------------------
 
-def calibration_cases() -> "pd.DataFrame":
+def calibration_cases() -> pd.DataFrame:
     """``data/roofline_calibration.csv`` joined with the ``data/throughput.csv`` rows it maps
     to registry models and GPUs (one measured case per row, indexed by throughput id)."""
-    import pandas as pd
-
-    from .data import csv_path
-
     cases = pd.read_csv(csv_path("roofline_calibration.csv"), keep_default_na=False)
     measured = pd.read_csv(csv_path("throughput.csv")).set_index("id")
     missing = sorted(set(cases["throughput_id"]) - set(measured.index))
@@ -324,11 +322,9 @@ def predict_case(case: Mapping[str, Any], efficiency: Efficiency = CALIBRATED) -
     return None
 
 
-def roofline_calibration(efficiency: Efficiency = CALIBRATED) -> "pd.DataFrame":
+def roofline_calibration(efficiency: Efficiency = CALIBRATED) -> pd.DataFrame:
     """Predicted against measured for every case of ``data/roofline_calibration.csv``, with
     the datasheet roofline alongside (relative errors: predicted ÷ measured − 1)."""
-    import pandas as pd
-
     rows = []
     for case_id, case in calibration_cases().iterrows():
         pred = predict_case(case, efficiency)

@@ -1,8 +1,6 @@
 """Decode and prefill steps on the roofline: known answers, MoE expert touching, calibration."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 import kvlib

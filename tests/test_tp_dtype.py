@@ -209,7 +209,7 @@ def test_plain_dtype_format_equals_model_arithmetic(slug):
 @given(st.integers(1, 64), st.sampled_from([64, 96, 128, 256]), st.integers(1, 4))
 def test_scales_never_shrink_a_format(kv_heads, head_dim, layers):
     m = kvlib.model_from_layers("p", [AttentionLayer(kv_heads, head_dim)] * layers)
-    for name, fmt in quant.FORMATS.items():
+    for fmt in quant.FORMATS.values():
         if fmt.mla_only:
             continue
         data = quant.kv_bytes_per_token(m, fmt, part="data")
