@@ -32,7 +32,7 @@ def test_every_model_is_sourced_and_parses(slug):
     assert source.get("accessed"), f"{slug}: access date"
     model = kvlib.load_model(slug)
     assert model.kv_bytes_per_token() > 0
-    assert model.kv_bytes(4096) >= 4095 * 0  # parses and computes without error
+    assert model.kv_bytes(4096) >= model.kv_bytes(1) > 0  # one token holds state or KV
 
 
 @pytest.mark.parametrize("slug,kib", [
