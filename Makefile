@@ -12,11 +12,12 @@ install: $(STAMP) node_modules/.package-lock.json
 # torch with pip, which reads pip.conf's find-links where the CPU wheel lies (torch from PyPI is
 # the multi-GB CUDA build); the rest with uv, which needs nothing from pip.conf: the same pins,
 # installed about ten times faster than pip.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-vllm.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0 uv==0.13.9
 	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[book,test,crosscheck]"
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -r requirements-vllm.txt
 	touch $(STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json

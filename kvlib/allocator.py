@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -320,6 +321,15 @@ class SimResult:
     completed_per_step: float  # completed / steps (a throughput proxy)
     allocator: str = "first_fit"      # placement of contiguous reservations (ALLOCATORS)
     pool_rounding_share: float = 0.0  # Σ(buddy chunk − reserved) / (steps · pool_tokens)
+    prefix_hit_tokens: int = 0        # with prefix_ids: prompt tokens served from the cache
+    prefix_prompt_tokens: int = 0     # with prefix_ids: prompt tokens of the admitted requests
+    prefix_prefill_tokens: int = 0    # with prefix_ids: tokens prefilled, recomputation included
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Prompt tokens served from the prefix cache ÷ prompt tokens (first admissions; 0
+        without ``prefix_ids``)."""
+        return self.prefix_hit_tokens / self.prefix_prompt_tokens if self.prefix_prompt_tokens else 0.0
 
     def pool_breakdown(self) -> dict[str, float]:
         """Shares of pool token-steps, summing to 1, as in the vLLM paper's Fig. 2.
@@ -384,7 +394,8 @@ def _arrivals(n: int, arrival_rate: float | None, arrival_steps: ArrayLike | Non
 def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block_size: int = 16,
              max_model_len: int | None = None, seed: int = 0, arrival_rate: float | None = None,
              *, arrival_steps: ArrayLike | None = None, max_batch: int | None = None,
-             allocator: str = "first_fit") -> SimResult:
+             allocator: str = "first_fit",
+             prefix_ids: Sequence[Sequence[int]] | None = None) -> SimResult:
     """Serve ``requests`` ((n, 2) prompt and output tokens) from a KV pool of ``pool_tokens`` tokens.
 
     Arrivals: all at step 0 by default, Poisson at ``arrival_rate`` requests/step (seeded by
@@ -396,9 +407,20 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
     footprint (block rounding, power-of-two rounding, ``max_model_len`` > pool) is counted in
     ``rejected`` and skipped. The simulator jumps between events (completions, arrivals, the step
     a paged pool would overflow), tracking per-block-phase counts instead of per-token loops.
+
+    ``prefix_ids`` (paged only) turns on vLLM-style prefix caching: one list per request of the
+    chained block ids of its prompt's full blocks (⌊prompt / block_size⌋ ids, e.g. from
+    ``kvlib.prefix.block_requests``). Admission looks up the longest cached run among the
+    first ⌊(prompt − 1) / block_size⌋ blocks, shares those blocks with the requests holding
+    them, and caches the rest of the prompt's full blocks; finished and preempted requests
+    leave their prompt blocks cached but free, least recently freed evicted first, so cached
+    blocks compete with running requests for the pool. Decode blocks are never cached. The
+    result's ``prefix_hit_rate`` and ``prefix_prefill_tokens`` report the reuse; its token and
+    reservation shares count a shared block once for every request that reads it.
     """
     reqs = _validate(requests, pool_tokens, policy, block_size, max_model_len, max_batch, allocator)
     n = len(reqs)
+    ids = None if prefix_ids is None else _prefix_lists(prefix_ids, reqs, policy, block_size)
     arrival = _arrivals(n, arrival_rate, arrival_steps, seed)
     order = np.argsort(arrival, kind="stable")
     reqs, arrival = reqs[order], arrival[order]
@@ -406,8 +428,12 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
     if policy == "paged":
         num_blocks = pool_tokens // block_size
         fits = -(-final // block_size) <= num_blocks
-        trace = _run_paged(prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist(),
-                           block_size, num_blocks, max_batch or n)
+        args = (prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist())
+        if ids is None:
+            trace = _run_paged(*args, block_size, num_blocks, max_batch or n)
+        else:
+            kept = [ids[i] for i in order[fits].tolist()]
+            trace = _run_paged_prefix(*args, kept, block_size, num_blocks, max_batch or n)
     else:
         footprint = np.array([reserved_tokens(int(p), int(f - p), policy, max_model_len)
                               for p, f in zip(prompt, final)], dtype=np.int64)
@@ -436,6 +462,9 @@ class _Trace:
     peak_tokens: int
     peak_reserved: int             # blocks (paged) or tokens (contiguous)
     max_batch: int
+    hit_tokens: int = 0            # prefix caching: prompt tokens hit at first admission
+    prompt_tokens: int = 0         # prefix caching: prompt tokens at first admission
+    prefill_tokens: int = 0        # prefix caching: tokens prefilled over all admissions
 
 
 def _growth(hist: list[int], period: int, first: int, k: int, running: int) -> int:
@@ -570,6 +599,206 @@ def _run_paged(prompt: list[int], final: list[int], arrival: list[int], bs: int,
                   recomputed, peak_tokens, peak_used, max_running)
 
 
+def _prefix_lists(prefix_ids: Sequence[Sequence[int]], reqs: NDArray[np.int64], policy: str,
+                  block_size: int) -> list[list[int]]:
+    """``prefix_ids`` checked against the requests: one id list of ⌊prompt / block_size⌋ ints each."""
+    if policy != "paged":
+        raise ValueError("prefix_ids need the paged policy (blocks are what a prefix cache shares)")
+    if len(prefix_ids) != len(reqs):
+        raise ValueError(f"prefix_ids has {len(prefix_ids)} entries for {len(reqs)} requests")
+    out = []
+    for i, (ids, p) in enumerate(zip(prefix_ids, reqs[:, 0].tolist())):
+        ids = [int(x) for x in ids]
+        if len(ids) != p // block_size:
+            raise ValueError(f"request {i}: {len(ids)} prefix ids for {p} prompt tokens; need "
+                             f"{p // block_size} (one per full {block_size}-token block)")
+        out.append(ids)
+    return out
+
+
+def _run_paged_prefix(prompt: list[int], final: list[int], arrival: list[int], ids: list[list[int]],
+                      bs: int, nb: int, max_batch: int) -> _Trace:
+    """``_run_paged`` with vLLM-style prefix caching (see ``simulate``).
+
+    Blocks are counted, not named: ``refs`` holds the ids of cached blocks that running requests
+    read (with their reader counts), ``lru`` the ids of cached blocks no request holds (oldest
+    first), ``private`` the blocks running requests hold without an id (their last prompt block
+    and their decode blocks). Free blocks without an id number nb − private − |refs| − |lru|;
+    they are handed out before any cached block is evicted.
+    """
+    n_req = len(final)
+    s0 = list(prompt)
+    offset = [0] * n_req
+    gen = [0] * n_req
+    shared: list[list[int]] = [[] for _ in range(n_req)]  # cached ids a running request reads
+    admitted = bytearray(n_req)
+    running_flag = bytearray(n_req)
+    hist = [0] * bs
+    refs: dict[int, int] = {}
+    lru: OrderedDict[int, None] = OrderedDict()
+    running = csum = private = 0
+    ends: list[tuple[int, int, int]] = []
+    stack: list[tuple[int, int]] = []
+    requeued: deque[int] = deque()
+    pre_start: list[int] = []
+    pre_end: list[int] = []
+    pre_final: list[int] = []
+    nxt = completed = preemptions = recomputed = 0
+    hit_tokens = prompt_tokens = prefill_tokens = 0
+    peak_tokens = peak_used = max_running = 0
+    t, freed = -1, False
+    heappush, heappop = heapq.heappush, heapq.heappop
+
+    def evict_to_fit() -> None:
+        """Evict least recently freed cached blocks until the free ones without an id cover
+        what the running requests hold."""
+        for _ in range(private + len(refs) + len(lru) - nb):
+            lru.popitem(last=False)
+
+    def release(r: int, blocks: int) -> None:
+        """Free request ``r``, which holds ``blocks`` blocks: cached ones tail first."""
+        nonlocal private
+        private -= blocks - len(shared[r])
+        for h in reversed(shared[r]):
+            if refs[h] == 1:
+                del refs[h]
+                lru[h] = None
+            else:
+                refs[h] -= 1
+        shared[r] = []
+
+    while True:
+        while ends and ends[0][2] != gen[ends[0][1]]:
+            heappop(ends)
+        e = ends[0][0] if ends else -1
+        if requeued or (nxt < n_req and arrival[nxt] <= t):
+            if freed:
+                e = t + 1
+        elif nxt < n_req and (e < 0 or arrival[nxt] < e):
+            e = arrival[nxt]
+        if e < 0:
+            break
+        preempt = False
+        if running:
+            free = nb - private - len(refs)
+            k = e - t
+            grow = hist[e % bs] if k == 1 else _growth(hist, bs, t + 1, k, running)
+            if grow > free:                     # the pool overflows at step t + j <= e
+                q = free // running
+                j, grow = q * bs, q * running
+                while grow <= free:
+                    grow += hist[(t + 1 + j) % bs]
+                    j += 1
+                e, preempt = t + j, True
+                grow -= hist[e % bs]            # growth up to step e − 1 fits
+                peak_used = max(peak_used, private + len(refs) + grow)
+                peak_tokens = max(peak_tokens, running * (e - 1) + csum)
+            private += grow
+            evict_to_fit()
+        if preempt:
+            # Step e request by request, oldest first, as vLLM's scheduler does: a request that
+            # needs a block when none is free preempts the newest running request (perhaps
+            # itself), whose freed blocks the next requests take.
+            stack[:] = [(r, g) for r, g in stack if running_flag[r] and gen[r] == g]
+            for r, _ in list(stack):
+                if (e + offset[r]) % bs != 1 % bs:
+                    continue
+                while nb - private - len(refs) == 0 and running_flag[r]:
+                    v, gv = stack.pop()
+                    if not running_flag[v] or gen[v] != gv:
+                        continue
+                    c = offset[v]
+                    held = e - 1 + c
+                    release(v, -(-held // bs))
+                    running -= 1
+                    csum -= c
+                    hist[(1 - c) % bs] -= 1
+                    pre_start.append(s0[v])
+                    pre_end.append(held)
+                    pre_final.append(final[v])
+                    s0[v] = held
+                    gen[v] += 1
+                    running_flag[v] = 0
+                    requeued.appendleft(v)
+                    preemptions += 1
+                    recomputed += held
+                if running_flag[r]:
+                    private += 1
+                    evict_to_fit()
+        else:
+            while running < max_batch:
+                if requeued:
+                    r = requeued[0]
+                elif nxt < n_req and arrival[nxt] <= e:
+                    r = nxt
+                else:
+                    break
+                mine = ids[r]
+                limit = min((s0[r] - 1) // bs, len(mine))
+                hit = 0
+                while hit < limit and (mine[hit] in refs or mine[hit] in lru):
+                    hit += 1
+                idle = sum(1 for h in mine[:hit] if h in lru)
+                need = -(-s0[r] // bs) - hit
+                if need + idle > nb - private - len(refs):
+                    break
+                if requeued:
+                    requeued.popleft()
+                else:
+                    nxt += 1
+                for h in mine[:hit]:            # touch the hit blocks
+                    if h in lru:
+                        del lru[h]
+                        refs[h] = 1
+                    else:
+                        refs[h] += 1
+                private += need
+                evict_to_fit()                  # new blocks: free ones first, then evict
+                held = mine[:hit]
+                for h in mine[hit:]:            # cache the prompt's other full blocks
+                    if h not in refs and h not in lru:
+                        refs[h] = 1
+                        held.append(h)
+                        private -= 1
+                shared[r] = held
+                if not admitted[r]:
+                    admitted[r] = 1
+                    hit_tokens += hit * bs
+                    prompt_tokens += s0[r]
+                prefill_tokens += s0[r] - hit * bs
+                c = s0[r] - e
+                offset[r] = c
+                running += 1
+                csum += c
+                hist[(1 - c) % bs] += 1
+                running_flag[r] = 1
+                heappush(ends, (e + final[r] - s0[r], r, gen[r]))
+                stack.append((r, gen[r]))
+        used = private + len(refs)
+        peak_used = max(peak_used, used)
+        peak_tokens = max(peak_tokens, running * e + csum)
+        max_running = max(max_running, running)
+        freed = preempt
+        while ends and ends[0][0] == e:
+            _, r, g = heappop(ends)
+            if g != gen[r]:
+                continue
+            c = offset[r]
+            release(r, -(-final[r] // bs))
+            running -= 1
+            csum -= c
+            hist[(1 - c) % bs] -= 1
+            running_flag[r] = 0
+            completed += 1
+            freed = True
+        t = e
+    arr = np.asarray
+    return _Trace(arr(s0 + pre_start, dtype=np.int64), arr(final + pre_end, dtype=np.int64),
+                  arr(final + pre_final, dtype=np.int64), None, None, t + 1, completed, preemptions,
+                  recomputed, peak_tokens, peak_used, max_running, hit_tokens, prompt_tokens,
+                  prefill_tokens)
+
+
 def _run_contiguous(prompt: list[int], final: list[int], arrival: list[int], footprint: list[int],
                     pool_tokens: int, max_batch: int, buddy: bool = False) -> _Trace:
     """Event loop for the reservation policies: first-fit or buddy regions, no growth, no preemption."""
@@ -666,4 +895,6 @@ def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejec
         completed_per_step=trace.completed / steps if steps else 0.0,
         allocator=allocator,
         pool_rounding_share=rounding / pool_steps if steps else 0.0,
+        prefix_hit_tokens=trace.hit_tokens, prefix_prompt_tokens=trace.prompt_tokens,
+        prefix_prefill_tokens=trace.prefill_tokens,
     )

@@ -29,7 +29,7 @@ import pandas as pd
 from .capacity import VLLM_DEFAULT_UTILIZATION_OLD, kv_pool
 from .cost import cost_per_million_tokens
 from .hardware import gpu_slugs, load_gpu, load_prices
-from .registry import model_record
+from .registry import load_model, model_record
 from .roofline import CALIBRATED, Efficiency, decode_step
 
 #: Tensor-parallel degrees tried, smallest first (one 8-GPU server at most).
@@ -49,11 +49,9 @@ def published_weight_format(slug: str) -> str | dict[str, str]:
 
     Raises ValueError for a quantization method kvlib does not map (it never guesses bits).
     """
-    config = model_record(slug)["config"]
-    quant = config.get("quantization_config")
-    if not quant:
+    method = load_model(slug).architecture.quant_method
+    if method is None:
         return "bf16"
-    method = str(quant.get("quant_method", ""))
     if method not in _QUANT_FORMATS:
         raise ValueError(f"{slug}: quantization method {method!r} has no kvlib weight format "
                          f"(known: {', '.join(_QUANT_FORMATS)}); pass weight_dtype explicitly")
@@ -154,14 +152,12 @@ def serving_point(model: str, gpu: str, context_tokens: int, *,
     base = dict(model=model, model_name=name, gpu=gpu, gpu_name=g.name,
                 context_tokens=context_tokens, weight_format=format_label(wd), kv_dtype=kv_dtype,
                 gpu_memory_utilization=float(gpu_memory_utilization))
+    m = load_model(model)
     for tp in degrees:
-        try:
-            pool = kv_pool(model, g, n_gpus=tp, gpu_memory_utilization=gpu_memory_utilization,
-                           weight_dtype=wd, kv_dtype=kv_dtype)
-        except ValueError as exc:
-            if "cannot be split" in str(exc):  # heads do not divide over this degree
-                continue
-            raise
+        if not m.supports_tp(tp):  # vLLM refuses this degree (heads do not split over it)
+            continue
+        pool = kv_pool(m, g, n_gpus=tp, gpu_memory_utilization=gpu_memory_utilization,
+                       weight_dtype=wd, kv_dtype=kv_dtype)
         concurrency = pool.max_concurrency(context_tokens)
         if concurrency < 1:
             continue

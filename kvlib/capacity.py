@@ -22,7 +22,6 @@ calibrated on the public start-up logs in ``data/engine_logs.csv`` (see ``calibr
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -31,11 +30,12 @@ import pandas as pd
 
 from .checks import integer, number, positive_integer
 from .hardware import GPU, load_gpu
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
+from .hf_config import Architecture
 from .model import Model
-from .params import ParamCounts, params_for, weight_bytes
+from .params import ParamCounts, loaded_weights, params_for
+from .quant import KVFormat, kv_format
 from .registry import load_model
-from .units import GIB, dtype_bits
+from .units import GIB
 
 #: vLLM's default tokens per KV block (``CacheConfig.block_size``) for attention layers.
 DEFAULT_BLOCK_SIZE = 16
@@ -113,9 +113,10 @@ NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, s
 class CacheGroup:
     """Layers of one cache kind on one GPU, as vLLM groups them.
 
-    kind: full / sliding / mla / state; layers: how many layers of the model have this kind;
-    page_bytes: bytes of one page of one layer; block_size: tokens per page (attention) or
-    None (a recurrent-state page holds one sequence); window: sliding window (tokens).
+    kind: full / sliding / mla / state (the layers' ``cache_kind``); layers: how many layers of
+    the model have this kind; page_bytes: bytes of one page of one layer; block_size: tokens
+    per page (attention) or None (a recurrent-state page holds one sequence); window: sliding
+    window (tokens); layer: one of the layers (they are alike), which knows its own page needs.
     """
 
     kind: str
@@ -123,93 +124,78 @@ class CacheGroup:
     page_bytes: int
     block_size: int | None
     window: int | None = None
+    layer: Any = field(default=None, compare=False, repr=False)
 
     def pages_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Pages one request of ``max_model_len`` tokens needs in one layer of this group
-        (vLLM's ``max_memory_usage_bytes`` ÷ page size)."""
-        if self.kind == "state":
-            return 1
-        assert self.block_size is not None
-        if self.kind == "sliding":
-            assert self.window is not None
-            tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
-            return -(-tokens // self.block_size) + 1
-        return -(-max_model_len // self.block_size)
+        (vLLM's ``max_memory_usage_bytes`` ÷ page size; the layer's ``pages_per_request``)."""
+        return self.layer.pages_per_request(max_model_len, max_num_batched_tokens,
+                                            self.block_size or 1)
 
 
-def _layer_token_bytes(layer: Any, tp: int, kv_dtype: str) -> int:
-    """Bytes one token adds to one attention/MLA layer on one GPU (may be fractional bits)."""
-    return math.ceil(layer.elements_per_token(tp) * dtype_bits(kv_dtype) / 8)
-
-
-def _state_bytes(layer: Any, tp: int, conv_dtype: str, ssm_dtype: str) -> int:
-    """Bytes of one sequence's recurrent state in one layer on one GPU: the conv state in
-    ``conv_dtype`` and the SSM/delta-rule state in ``ssm_dtype`` (the layer's own shapes)."""
-    if not isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-        raise TypeError(f"not a recurrent layer: {layer!r}")
-    return (math.ceil(layer.conv_elements(tp) * dtype_bits(conv_dtype) / 8)
-            + math.ceil(layer.ssm_elements(tp) * dtype_bits(ssm_dtype) / 8))
-
-
-def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str = "bf16",
+def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16",
                  block_size: int = DEFAULT_BLOCK_SIZE) -> list[CacheGroup]:
-    """The cache groups of ``model`` on one GPU, one entry per layer kind, with vLLM's page
-    sizes: attention pages hold ``block_size`` tokens; with recurrent layers the attention
-    block grows to the smallest multiple of 16 tokens whose page holds one layer's state, and
-    the state page is padded to the attention page."""
-    dtype_bits(kv_dtype)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive integer (tokens), got {block_size!r}")
-    state_dtype = model.dtype
-    ssm_dtype = model.ssm_dtype or model.dtype
-    kinds: dict[tuple, int] = Counter()
+    """The cache groups of ``model`` on one GPU, one entry per kind of cache, with vLLM's page
+    sizes: attention pages hold ``block_size`` tokens in the KV format ``kv_dtype``; with
+    recurrent layers the attention block grows to the smallest multiple of 16 tokens whose page
+    holds one layer's state, and the state page is padded to the attention page
+    (``Platform`` hybrid block-size rule: "Setting attention block size to N tokens")."""
+    fmt = kv_format(kv_dtype)
+    block = positive_integer("block_size (tokens)", block_size)
+    tp = model.check_tp(tp)
+    conv_dtype, ssm_dtype = model.state_dtypes() if model.has_state else ("bf16", None)
+    kinds: dict[tuple, list] = {}
     for layer in model.layers:
-        if isinstance(layer, AttentionLayer):
-            key = ("sliding" if layer.window else "full", _layer_token_bytes(layer, tp, kv_dtype),
-                   layer.window)
-        elif isinstance(layer, MLALayer):
-            key = ("mla", _layer_token_bytes(layer, tp, kv_dtype), None)
-        elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-            if state_dtype is None or ssm_dtype is None:
-                raise ValueError(f"model {model.name!r} keeps recurrent state but its config "
-                                 "gives no torch_dtype")
-            key = ("state", _state_bytes(layer, tp, state_dtype, ssm_dtype), None)
-        else:
+        if layer.cache_kind == "none":
             continue
-        kinds[key] += 1
-    token_kinds = [k for k in kinds if k[0] != "state"]
-    state_kinds = [k for k in kinds if k[0] == "state"]
+        page_1 = layer.page_bytes(1, fmt, tp, conv_dtype, ssm_dtype)  # one token, or one state
+        key = (layer.cache_kind, page_1, layer.span)
+        kinds.setdefault(key, [0, layer])[0] += 1
     if not kinds:
         return []
+    token_kinds = [k for k in kinds if k[0] != "state"]
+    state_kinds = [k for k in kinds if k[0] == "state"]
     if state_kinds and token_kinds:
         per_token = max(k[1] for k in token_kinds)
         state = max(k[1] for k in state_kinds)
-        block_size = HYBRID_BLOCK_ALIGNMENT * math.ceil(state / (HYBRID_BLOCK_ALIGNMENT * per_token))
+        block = HYBRID_BLOCK_ALIGNMENT * math.ceil(state / (HYBRID_BLOCK_ALIGNMENT * per_token))
     groups = []
-    for (kind, nbytes, window), count in kinds.items():
+    for (kind, page_1, span), (count, layer) in kinds.items():
         if kind == "state":
-            groups.append(CacheGroup("state", count, nbytes, None))
+            groups.append(CacheGroup("state", count, page_1, None, layer=layer))
         else:
-            groups.append(CacheGroup(kind, count, nbytes * block_size, block_size, window))
+            groups.append(CacheGroup(kind, count, page_1 * block, block, span, layer=layer))
     if state_kinds and token_kinds:  # pad state pages to the attention page
         page = max(g.page_bytes for g in groups)
         groups = [replace(g, page_bytes=page) for g in groups]
-    elif len({g.page_bytes for g in groups}) > 1:
+    elif len({g.page_bytes for g in groups}) > 1 and not _uniform_type(groups):
         raise ValueError(f"{model.name}: cache kinds with different page sizes "
                          f"({sorted({g.page_bytes for g in groups})}) — vLLM would unify them "
                          "by changing block sizes, which kvlib does not model")
     return groups
 
 
-def _group_layout(groups: list[CacheGroup]) -> tuple[int, int]:
-    """(layers per group, number of groups) as vLLM splits kinds into equal-sized groups."""
-    if len(groups) == 1:
-        return groups[0].layers, 1
+#: Cache kinds that need the same token slots (every token of the context): vLLM puts layers of
+#: these kinds in one group even when their pages differ in size (``UniformTypeKVCacheSpecs``,
+#: e.g. DeepSeek-V3.2's MLA latent and indexer keys), a block costing the sum of their pages.
+_ALL_TOKEN_KINDS = frozenset({"full", "mla", "indexer"})
+
+
+def _uniform_type(groups: list[CacheGroup]) -> bool:
+    return all(g.kind in _ALL_TOKEN_KINDS for g in groups)
+
+
+def _group_layout(groups: list[CacheGroup]) -> tuple[int, int, int]:
+    """(layers per group, number of groups, bytes of one block across the layers that share it)
+    as vLLM splits kinds into equal-sized groups (``kv_cache_planning``: group size = the fewest
+    layers of a kind, or the most when every kind has fewer than 1.5 × the fewest)."""
+    if len(groups) == 1 or _uniform_type(groups):
+        return (sum(g.layers for g in groups), 1, sum(g.layers * g.page_bytes for g in groups))
     counts = [g.layers for g in groups]
     size = min(counts)
     if max(counts) < 1.5 * size:
         size = max(counts)
-    return size, sum(math.ceil(c / size) for c in counts)
+    return size, sum(math.ceil(c / size) for c in counts), size * groups[0].page_bytes
 
 
 # --- the pool -------------------------------------------------------------------------------
@@ -243,9 +229,11 @@ class Pool:
     groups: tuple[CacheGroup, ...]
     layers_per_group: int
     n_groups: int
+    block_bytes: int
     num_blocks: int
     overheads: str
     max_num_batched_tokens_note: str = field(default="", compare=False)
+    weights_basis: str = field(default="", compare=False)
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -266,7 +254,7 @@ class Pool:
     @property
     def kv_bytes_per_gpu(self) -> int:
         """Bytes the KV tensors take on one GPU: whole blocks only."""
-        return self.num_blocks * self.page_bytes * self.layers_per_group
+        return self.num_blocks * self.block_bytes
 
     @property
     def block_rounding_bytes(self) -> int:
@@ -293,14 +281,12 @@ class Pool:
     def blocks_per_request(self, context_tokens: int) -> int:
         """Blocks one request of ``context_tokens`` needs, summed over the groups."""
         positive_integer("context_tokens", context_tokens)
-        per_group = {g.kind: g for g in self.groups}
-        total = 0
-        for g in self.groups:
-            n_groups_of_kind = math.ceil(g.layers / self.layers_per_group)
-            total += n_groups_of_kind * g.pages_per_request(context_tokens,
-                                                            self.max_num_batched_tokens)
-        del per_group
-        return total
+        pages = [g.pages_per_request(context_tokens, self.max_num_batched_tokens)
+                 for g in self.groups]
+        if self.n_groups == 1:  # one block table for every layer
+            return max(pages)
+        return sum(math.ceil(g.layers / self.layers_per_group) * n
+                   for g, n in zip(self.groups, pages))
 
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once (vLLM's "Maximum
@@ -315,7 +301,8 @@ class Pool:
             ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
             (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
              self.budget_bytes),
-            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model)",
+            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
+             + (f"; {self.weights_basis}" if self.weights_basis else "") + ")",
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
@@ -345,72 +332,44 @@ def _resolve_gpu(gpu: GPU | str) -> GPU:
     raise TypeError(f"gpu must be a GPU or a slug from data/gpus.csv, got {type(gpu)!r}")
 
 
-def activation_width(counts: ParamCounts, config: Mapping[str, Any], tp: int) -> int:
+def activation_width(counts: ParamCounts, arch: Architecture, tp: int) -> int:
     """Elements per token of the widest activation a forward pass holds on one GPU
-    (hidden state + the widest intermediate; see ``Overheads.forward_factor``)."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    hidden = int(text.get("hidden_size") or text.get("d_model") or text.get("n_embd"))
+    (hidden state + the widest intermediate; see ``Overheads.forward_factor``): 2·I/tp for a
+    dense MLP, top-k·2·I_moe/tp (+ 2·shared/tp) for MoE, (heads + 2·KV heads)·H/tp for softmax
+    attention and heads·(d_nope + d_R)/tp + r + d_R for an MLA layer's query and latent."""
+    hidden = arch.hidden_size
+    if hidden is None:
+        raise ValueError(f"{arch.name}: config field 'hidden_size' is missing (needed for the "
+                         "activation peak)")
     widths = []
-    inter = text.get("intermediate_size") or text.get("ffn_dim")
-    if counts.components.get("mlp") and inter:
-        widths.append(2 * int(inter) / tp)
-    if counts.n_experts:
-        moe = int(text.get("moe_intermediate_size") or text.get("intermediate_size"))
-        shared = int(text.get("shared_expert_intermediate_size")
-                     or text.get("moe_shared_expert_intermediate_size")
-                     or (text.get("n_shared_experts") or 0) * moe)
-        widths.append((counts.experts_per_token * 2 * moe + 2 * shared) / tp)
-    heads = text.get("num_attention_heads") or text.get("n_head")
-    if heads:
-        hd = text.get("head_dim") or hidden // int(heads)
-        kv = text.get("num_key_value_heads") or heads
-        widths.append((int(heads) + 2 * int(kv)) * int(hd) / tp)
+    if counts.components.get("mlp") and arch.mlp is not None and arch.mlp.intermediate_size:
+        widths.append(2 * arch.mlp.intermediate_size / tp)
+    if counts.n_experts and arch.moe is not None and arch.moe.intermediate_size:
+        moe = arch.moe
+        widths.append((counts.experts_per_token * 2 * moe.intermediate_size
+                       + 2 * (moe.shared_intermediate_size or 0)) / tp)
+    att = arch.attention
+    if att is not None:
+        widths.append((att.n_heads + 2 * att.n_kv_heads) * att.head_dim / tp)
+    mla = arch.mla
+    if mla is not None:
+        q_dim = (mla.qk_nope_head_dim or 0) + mla.qk_rope_head_dim
+        widths.append(mla.n_heads * q_dim / tp + mla.kv_lora_rank + mla.qk_rope_head_dim)
     return math.ceil(hidden + max(widths, default=0))
 
 
-def _vocab(config: Mapping[str, Any]) -> int:
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    vocab = text.get("vocab_size") or config.get("vocab_size")
-    if vocab is None and str(text.get("model_type")) == "gemma3_text":
-        vocab = 262_208
-    if vocab is None:
-        raise ValueError("config field 'vocab_size' is missing (needed for the sampler peak)")
-    return int(vocab)
-
-
-#: Config keys vLLM reads a model's maximum context from, smallest wins (``ModelConfig``'s
-#: ``_get_and_verify_max_len``, vllm/config/model.py at 0052a5b8).
-_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                 "model_max_length", "max_target_positions", "max_sequence_length",
-                 "max_seq_length", "seq_len")
+def _vocab(arch: Architecture) -> int:
+    if arch.vocab_size is None:
+        raise ValueError(f"{arch.name}: config field 'vocab_size' is missing (needed for the "
+                         "sampler peak)")
+    return arch.vocab_size
 
 
 def derived_max_model_len(model: Model) -> int | None:
-    """The longest ``max_model_len`` vLLM accepts for ``model`` without an override (tokens).
-
-    vLLM's rule (``_get_and_verify_max_len``): the smallest of the config's length keys
-    (``model_max_length`` wins when set), times the RoPE scaling ``factor`` unless the scaling
-    type is llama3, longrope or su (YaRN starts from ``original_max_position_embeddings``;
-    Gemma-3's length is already scaled). None when the config names no length: vLLM then takes
-    the defaults transformers fills in (e.g. 131,072 for Gemma-3), which kvlib does not model.
-    """
-    config = model.config
-    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
-    lengths = {key: positive_integer(f"config field {key!r}", text[key])
-               for key in _MAX_LEN_KEYS if text.get(key) is not None}
-    if not lengths:
-        return None
-    derived = lengths.get("model_max_length") or min(lengths.values())
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    if isinstance(rope, Mapping) and "gemma3" not in str(text.get("model_type", "")):
-        kind = rope.get("rope_type") or rope.get("type")
-        if kind not in ("su", "longrope", "llama3", "default", None):
-            if kind == "yarn":
-                derived = positive_integer("rope_scaling.original_max_position_embeddings",
-                                           rope.get("original_max_position_embeddings"))
-            derived = derived * number("rope_scaling.factor", rope.get("factor", 1.0),
-                                       positive=True)
-    return int(derived)
+    """The longest ``max_model_len`` vLLM accepts for ``model`` without an override (tokens):
+    its config's lengths and RoPE scaling by vLLM's rule (``kvlib.hf_config._max_model_len``);
+    None when the config names no length or the model was built from explicit layers."""
+    return model.architecture.max_model_len if model.architecture is not None else None
 
 
 def check_max_model_len(model: Model, max_model_len: int, allow_long: bool = False) -> int:
@@ -450,7 +409,7 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     """
     m = _resolve_model(model)
     g = _resolve_gpu(gpu)
-    tp = positive_integer("n_gpus", n_gpus)
+    tp = m.check_tp(positive_integer("n_gpus", n_gpus))
     if not 0 < number("gpu_memory_utilization", gpu_memory_utilization) <= 1:
         raise ValueError("gpu_memory_utilization must be in (0, 1], "
                          f"got {gpu_memory_utilization!r}")
@@ -462,19 +421,25 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
     counts = params_for(m)
-    weights = (weight_bytes(counts, weight_dtype, tp) if weights_bytes_per_gpu is None
-               else integer("weights_bytes_per_gpu", weights_bytes_per_gpu))
-    config = m.config
-    forward = int(overheads.forward_factor * mnbt * activation_width(counts, config, tp) * 2)
-    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(config) * 4)
+    if weights_bytes_per_gpu is None:
+        loaded = loaded_weights(m, weight_dtype, tp, g.slug)
+        weights, weights_basis = loaded.total_bytes, loaded.basis
+    else:
+        weights = integer("weights_bytes_per_gpu", weights_bytes_per_gpu)
+        weights_basis = "given"
+    arch = m.architecture
+    if arch is None:
+        raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
+                         "config.json fields (build it with Model.from_hf_config)")
+    forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
+    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
     non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
     total = g.usable_memory_bytes
     budget = int(total * gpu_memory_utilization)
     groups = cache_groups(m, tp=tp, kv_dtype=kv_dtype, block_size=block_size)
-    per_group, n_groups = _group_layout(groups) if groups else (0, 0)
+    per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
     available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
-    page = groups[0].page_bytes if groups else 0
-    num_blocks = max(available // (page * per_group), 0) if groups else 0
+    num_blocks = max(available // block_bytes, 0) if groups else 0
     wd = weight_dtype if isinstance(weight_dtype, str) else ",".join(
         f"{k}={v}" for k, v in sorted(weight_dtype.items()))
     return Pool(model=m.name, gpu=g.slug, n_gpus=tp,
@@ -485,7 +450,8 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
                 activation_forward_bytes=forward, activation_sampler_bytes=sampler,
                 non_torch_bytes=non_torch, cuda_graph_bytes=overheads.cuda_graph_bytes,
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
-                num_blocks=int(num_blocks), overheads=overheads.name)
+                block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
+                weights_basis=weights_basis)
 
 
 # --- calibration on public start-up logs ----------------------------------------------------

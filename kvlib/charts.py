@@ -1,35 +1,93 @@
-"""One Altair theme and the chart builders the chapters use.
+"""One Altair theme and every chart builder the chapters use.
 
 Charts are emitted by the ``kvlib`` renderer as a ``<div>`` plus the Vega-Lite spec in a JSON
 ``<script>``; the book's ``_static/kvlib-charts.js`` hands each spec to ``vegaEmbed`` from a
 local copy of Vega, so the built HTML renders offline. Ids are hashes of the spec, so
 executing a chapter twice gives byte-identical outputs.
+
+Every chart fits the text column on a laptop and on a phone:
+
+* a single or layered chart is as wide as its column (Vega-Lite ``width: "container"``, the
+  renderer sets it), and its legend wraps into as many columns as the width holds;
+* a chart whose layout cannot stretch (facets, concatenations) is built twice, for the book's
+  column (``COLUMN_WIDTH``) and for a phone (``PHONE_WIDTH``); the page shows the phone layout
+  when the first one does not fit (``responsive``).
+
+Colours: one per attention kind in every chart (``KIND_COLOURS``), the book's palette otherwise.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import altair as alt
 import pandas as pd
 
+from .tables import table, use_for_dataframes  # chapters call charts.table
+
+__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "answer_explorer",
+           "error_bars", "heatmap", "kind_colour", "lines", "lines_with_marks", "priced_lines",
+           "responsive", "sorted_bars", "stacked_bars", "table", "use_book_theme", "versus_chart"]
+
 PALETTE = ["#1f5c99", "#e07b39", "#3a9a5b", "#b8403a", "#7d5ba6", "#8c6d31", "#d36fa8",
            "#5f6b73", "#2aa7b8", "#b5b82a", "#222222", "#9c9ede"]
+
+#: Pixels a chart may use in the book's text column on a laptop (the column is ~688 px at a
+#: 1,280-px window) and on a phone (a 390-px screen leaves ~342 px inside a figure).
+COLUMN_WIDTH = 640
+PHONE_WIDTH = 320
+
+#: A Vega expression, true when the chart's container is a phone's column (a chart drawn for
+#: the book's column would not fit).
+ON_PHONE = "containerSize()[0] < 500"
+
+#: The one colour of each attention kind (``Model.attention``), in every chart that colours by it.
+KIND_COLOURS: dict[str, str] = {
+    "MHA": "#5f6b73", "GQA": "#1f5c99", "MQA": "#2aa7b8", "MLA": "#b8403a",
+    "MHA+SWA": "#8c6d31", "GQA+SWA": "#3a9a5b", "MQA+SWA": "#b5b82a", "MLA+SWA": "#d36fa8",
+    "GQA+hybrid": "#7d5ba6", "GQA+SWA+hybrid": "#9c9ede", "MLA+hybrid": "#e07b39",
+    "none+hybrid": "#222222", "none": "#222222",
+}
+#: Colours for a kind not in ``KIND_COLOURS`` (picked by a hash of its name, so stable).
+_SPARE = ["#e6a157", "#6b8fbf", "#a05d56", "#4f9f9f", "#c27ba0", "#7f7f3f"]
+_KIND = re.compile(r"^(MHA|GQA|MQA|MLA|none)(\+[A-Za-z0-9-]+)*$")
+
+
+def kind_colour(kind: str) -> str:
+    """The colour of an attention kind (``"MLA"``, ``"GQA+SWA"``…) in every chart."""
+    if kind in KIND_COLOURS:
+        return KIND_COLOURS[kind]
+    return _SPARE[int(hashlib.sha1(kind.encode()).hexdigest(), 16) % len(_SPARE)]
+
+
+def _colour(field: str, values: Iterable[Any], title: str | None = None,
+            **kwargs: Any) -> alt.Color:
+    """A nominal colour encoding of ``field``; attention kinds get their fixed colours."""
+    present = list(dict.fromkeys(str(v) for v in values))
+    if present and all(_KIND.match(v) for v in present):
+        order = [k for k in KIND_COLOURS if k in present] + sorted(set(present) - set(KIND_COLOURS))
+        kwargs.setdefault("scale", alt.Scale(domain=order, range=[kind_colour(k) for k in order]))
+    return alt.Color(f"{field}:N", title=field.replace("_", " ") if title is None else title,
+                     **kwargs)
 
 
 def _theme() -> alt.theme.ThemeConfig:
     return {
         "config": {
-            "view": {"continuousWidth": 560, "continuousHeight": 320, "stroke": None},
+            "view": {"continuousWidth": COLUMN_WIDTH - 80, "continuousHeight": 320, "stroke": None},
             "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
-            "axis": {"labelFontSize": 12, "titleFontSize": 13, "titleFontWeight": "normal",
+            # axis titles a little smaller on a phone, where a long one spans the whole chart
+            "axis": {"labelFontSize": 12, "titleFontSize": {"expr": f"{ON_PHONE} ? 11 : 13"},
+                     "titleFontWeight": "normal",
                      "gridColor": "#e6e6e6", "domainColor": "#888", "tickColor": "#888"},
-            # Legends below the plot, three entries a row: on the right, long series names
-            # (model names) pushed charts past the book's ~670-pixel text column.
+            # Legends below the plot, in as many columns of ~210 px as the chart's container
+            # holds: three in the book's column, one (with room for longer names) on a phone.
             "legend": {"labelFontSize": 12, "titleFontSize": 12, "orient": "bottom",
-                       "columns": 3, "labelLimit": 190},
+                       "columns": {"expr": "max(1, floor(containerSize()[0] / 210))"},
+                       "labelLimit": {"expr": f"{ON_PHONE} ? 290 : 190"}},
             "range": {"category": PALETTE},
             "bar": {"color": PALETTE[0]},
             "line": {"strokeWidth": 2.2},
@@ -37,8 +95,22 @@ def _theme() -> alt.theme.ThemeConfig:
     }
 
 
+_MULTI_VIEW = ("facet", "concat", "hconcat", "vconcat", "repeat")
+
+
 def _render(spec: dict[str, Any], **_: Any) -> dict[str, str]:
-    """Altair renderer: a div and the spec as JSON, picked up by ``kvlib-charts.js``."""
+    """Altair renderer: a div and the spec as JSON, picked up by ``kvlib-charts.js``.
+
+    A single or layered chart without a set width fills its container. The phone layout of a
+    ``responsive`` chart travels in ``usermeta`` without the data both layouts share."""
+    spec = dict(spec)
+    if not any(key in spec for key in _MULTI_VIEW) and "width" not in spec:
+        spec["width"] = "container"
+        spec["autosize"] = {"type": "fit-x", "contains": "padding", "resize": True}
+    narrow = (spec.get("usermeta") or {}).get("kvlib_narrow")
+    if narrow:
+        shared = spec.get("datasets", {})
+        narrow["datasets"] = {k: v for k, v in narrow.get("datasets", {}).items() if k not in shared}
     text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     chart_id = "kvlib-chart-" + hashlib.sha1(text.encode()).hexdigest()[:12]
     safe = text.replace("</", "<\\/")
@@ -49,24 +121,45 @@ def _render(spec: dict[str, Any], **_: Any) -> dict[str, str]:
 
 
 def use_book_theme() -> None:
-    """Register and enable the book's theme and offline renderer (call once per chapter)."""
+    """Register and enable the book's theme and offline renderer, and render bare DataFrames
+    with the book's table builder (call once per chapter)."""
     alt.theme.register("kvlib", enable=True)(_theme)
     alt.renderers.register("kvlib", _render)
     alt.renderers.enable("kvlib")
     alt.data_transformers.disable_max_rows()
+    use_for_dataframes()
+
+
+def responsive(wide: alt.TopLevelMixin, narrow: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    """``wide`` for the book's column, carrying ``narrow``: the layout the page shows when
+    ``wide`` does not fit its container (a phone). Both should be built from the same data."""
+    return wide.properties(usermeta={"kvlib_narrow": narrow.to_dict()})
+
+
+def _log_scale(log: bool, base: int = 10) -> alt.Scale | Any:
+    return alt.Scale(type="log", base=base) if log else alt.Undefined
 
 
 def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str | None = None,
-                tooltip: Sequence[str] = ()) -> alt.Chart:
-    """Horizontal bars sorted by ``value`` (largest on top), one per ``label``."""
+                tooltip: Sequence[str] = (), log: bool = False) -> alt.Chart:
+    """Horizontal bars sorted by ``value`` (largest on top), one per ``label``; ``log`` puts the
+    values on a log axis (when one bar would flatten the rest). Labels longer than the space a
+    phone leaves are cut short (the tooltip has them whole)."""
     enc: dict[str, Any] = {
-        "x": alt.X(f"{value}:Q", title=title),
-        "y": alt.Y(f"{label}:N", sort="-x", title=None),
+        # on a log axis a bar starts at the axis' left end, not at a zero it cannot show; the
+        # title ends at the axis' right end, reaching left under the labels (room on a phone)
+        "x": alt.X(f"{value}:Q", title=title, stack=None if log else alt.Undefined,
+                   axis=alt.Axis(titleAnchor="end", titleAlign="right"),
+                   scale=alt.Scale(type="log", domainMin=float(df[value][df[value] > 0].min()) / 2,
+                                   nice=False) if log else alt.Undefined),
+        "y": alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(
+            labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})),
         "tooltip": [label, alt.Tooltip(f"{value}:Q", format=",.1f"), *tooltip],
     }
     if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color.replace("_", " "))
-    return alt.Chart(df).mark_bar().encode(**enc).properties(height=alt.Step(16))
+        enc["color"] = _colour(color, df[color])
+    # a fixed height (16 px a bar), not a step: a step height and a container width warn
+    return alt.Chart(df).mark_bar().encode(**enc).properties(height=16 * df[label].nunique())
 
 
 def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
@@ -74,18 +167,16 @@ def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: 
     """One line per ``series`` with point tooltips; log scales on request. ``distinguish``
     also gives each series its own dash pattern and marker shape, so coinciding lines stay
     visible."""
-    x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
-    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
     title = series.replace("_", " ")
     base = alt.Chart(df).encode(
-        x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
-        y=alt.Y(f"{y}:Q", title=y_title, scale=y_scale),
-        color=alt.Color(f"{series}:N", title=title),
+        x=alt.X(f"{x}:Q", title=x_title, scale=_log_scale(log_x, 2)),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=_log_scale(log_y)),
+        color=_colour(series, df[series], title),
         tooltip=[series, alt.Tooltip(f"{x}:Q", format=","), alt.Tooltip(f"{y}:Q", format=",.2f")],
     )
     if not distinguish:
         return base.mark_line() + base.mark_point(size=30, filled=True)
-    line = base.mark_line().encode(color=alt.Color(f"{series}:N", legend=None),
+    line = base.mark_line().encode(color=_colour(series, df[series], title, legend=None),
                                    strokeDash=alt.StrokeDash(f"{series}:N", legend=None))
     points = base.mark_point(size=70, filled=False, strokeWidth=2).encode(
         shape=alt.Shape(f"{series}:N", title=title))
@@ -96,11 +187,12 @@ def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: 
 
 def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_order: Sequence[str],
                  y_title: str, group: str | None = None, label_min: float = 4.0,
-                 label_format: str = ".1f") -> alt.LayerChart | alt.FacetChart:
+                 label_format: str = ".1f") -> alt.LayerChart:
     """Vertical bars of ``value`` per ``category``, stacked by ``stack`` (``stack_order`` bottom up).
 
-    With ``group`` (e.g. a paper's figure against a simulation) each category becomes a panel
-    with one bar per group. Segments of at least ``label_min`` carry their value as a label.
+    With ``group`` (e.g. a paper's figure against a simulation) each category gets one bar per
+    group, side by side, the group named above its bar. Segments of at least ``label_min``
+    carry their value as a label.
     """
     data = df.copy()
     rank = {name: i for i, name in enumerate(stack_order)}
@@ -112,22 +204,31 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
     data["_top"] = data.groupby(keys, sort=False)[value].cumsum()
     data["_mid"] = data["_top"] - data[value] / 2
     data["_label"] = [format(v, label_format) if v >= label_min else "" for v in data[value]]
-    x_field = group or category
-    x = alt.X(f"{x_field}:N", title=None, sort=list(dict.fromkeys(df[x_field])),
-              axis=alt.Axis(labelAngle=0))
+    x = alt.X(f"{category}:N", title=None, sort=list(dict.fromkeys(df[category])),
+              axis=alt.Axis(labelAngle=0, labelLimit=0, labelExpr="split(datum.label, ' ')"))
+    offset: dict[str, Any] = {}
+    if group:
+        offset["xOffset"] = alt.XOffset(f"{group}:N", sort=list(dict.fromkeys(df[group])),
+                                        scale=alt.Scale(paddingInner=0.12))
     bars = alt.Chart().mark_bar().encode(
         x=x, y=alt.Y(f"{value}:Q", title=y_title, stack="zero"),
         color=alt.Color(f"{stack}:N", title=stack.replace("_", " "),
                         scale=alt.Scale(domain=list(stack_order), range=PALETTE[:len(stack_order)]),
                         sort=list(stack_order)),
-        order=alt.Order("_rank:Q"), tooltip=[*keys, stack, alt.Tooltip(f"{value}:Q", format=label_format)])
-    labels = alt.Chart().mark_text(fontSize=10, color="white").encode(
-        x=x, y=alt.Y("_mid:Q"), text="_label:N")
-    layered = alt.layer(bars, labels, data=data)
-    if group is None:
-        return layered.properties(width=alt.Step(70))
-    return layered.properties(width=alt.Step(56)).facet(
-        column=alt.Column(f"{category}:N", title=None, sort=list(dict.fromkeys(df[category]))))
+        order=alt.Order("_rank:Q"), tooltip=[*keys, stack, alt.Tooltip(f"{value}:Q", format=label_format)],
+        **offset)
+    layers = [bars, alt.Chart().mark_text(fontSize=10, color="white").encode(
+        x=x, y=alt.Y("_mid:Q"), text="_label:N", **offset)]
+    if group:  # the group's name on top of its bar: upright, or turned up where bars are narrow
+        upright = f"!({ON_PHONE})"
+        layers.append(alt.Chart().transform_aggregate(
+            _total="max(_top)", groupby=keys).mark_text(
+            fontSize=10, color="#444", angle={"expr": f"{upright} ? 0 : 270"},
+            align={"expr": f"{upright} ? 'center' : 'left'"},
+            baseline={"expr": f"{upright} ? 'bottom' : 'middle'"},
+            dx={"expr": f"{upright} ? 0 : 3"}, dy={"expr": f"{upright} ? -3 : 0"}).encode(
+            x=x, y=alt.Y("_total:Q"), text=f"{group}:N", **offset))
+    return alt.layer(*layers, data=data).properties(height=300)
 
 
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
@@ -135,7 +236,8 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
             domain_mid: float | None = None) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
 
-    ``facet`` draws one panel per value of that column, side by side.
+    ``facet`` draws one panel per value of that column: side by side in the book's column,
+    one above the other on a phone.
     """
     scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
@@ -146,12 +248,18 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
         tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt)])
     text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
-    # cells narrow (to 24 px) until every panel fits the ~620-pixel plotting width of the book
-    panels = df[facet].nunique() if facet is not None else 1
-    step = int(max(24, min(40, 560 / (df[x].nunique() * panels))))
-    layered = alt.layer(rect, text, data=df).properties(width=alt.Step(step), height=alt.Step(22))
-    return layered if facet is None else layered.facet(column=alt.Column(f"{facet}:N", title=None))
+    if facet is None:
+        return alt.layer(rect, text, data=df).properties(height=22 * df[y].nunique())
+    n_x, panels = df[x].nunique(), df[facet].nunique()
 
+    def layout(width: int, columns: int) -> alt.FacetChart:
+        # each panel's cells share what is left of ``width`` after its y axis (~70 px)
+        step = int(max(18, min(40, (width - 70 * columns) / (n_x * columns))))
+        return alt.layer(rect, text, data=df).properties(
+            width=alt.Step(step), height=alt.Step(22)).facet(
+            facet=alt.Facet(f"{facet}:N", title=None), columns=columns)
+
+    return responsive(layout(COLUMN_WIDTH, panels), layout(PHONE_WIDTH, 1))
 
 
 def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
@@ -161,11 +269,10 @@ def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str
     """``lines`` plus vertical rules at ``marks[x]`` (one per row, coloured by ``series``,
     labelled by ``marks[mark_label]``); rows where boolean column ``dashed`` is true are drawn
     as hollow points (e.g. batches past a capacity ceiling)."""
-    x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
-    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
-    enc = dict(x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
-               y=alt.Y(f"{y}:Q", title=y_title, scale=y_scale),
-               color=alt.Color(f"{series}:N", title=series.replace("_", " ")),
+    colour = _colour(series, df[series], series.replace("_", " "))
+    enc = dict(x=alt.X(f"{x}:Q", title=x_title, scale=_log_scale(log_x, 2)),
+               y=alt.Y(f"{y}:Q", title=y_title, scale=_log_scale(log_y)),
+               color=colour,
                tooltip=[series, alt.Tooltip(f"{x}:Q", format=","),
                         alt.Tooltip(f"{y}:Q", format=",.2f")])
     base = alt.Chart(df).encode(**enc)
@@ -173,7 +280,7 @@ def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str
     if dashed:
         layers.append(base.mark_point(size=40, filled=False, fillOpacity=1, strokeWidth=1.6).encode(
             fill=alt.condition(f"datum.{dashed}", alt.value("white"),
-                               alt.Color(f"{series}:N", legend=None))))
+                               _colour(series, df[series], legend=None))))
     else:
         layers.append(base.mark_point(size=30, filled=True))
     if marks is not None and len(marks):
@@ -202,15 +309,13 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
         min=price_range[0], max=price_range[1], step=price_step, name=price_label))
     pick = alt.param(name="pick", value=options[0],
                      bind=alt.binding_select(options=options, name=select_label))
-    x_scale = alt.Scale(type="log", base=2) if log_x else alt.Undefined
-    y_scale = alt.Scale(type="log") if log_y else alt.Undefined
     base = alt.Chart(df).transform_filter(f"datum.{select} == pick").transform_calculate(
         dollars_per_million=f"price * datum.{units} / (datum.{rate} * 3600) * 1000000"
     ).encode(
-        x=alt.X(f"{x}:Q", title=x_title, scale=x_scale),
-        y=alt.Y("dollars_per_million:Q", title=y_title, scale=y_scale),
-        color=alt.Color(f"{series}:N", title=series.replace("_", " "),
-                        sort=list(dict.fromkeys(df[series])), legend=alt.Legend(orient="top")),
+        x=alt.X(f"{x}:Q", title=x_title, scale=_log_scale(log_x, 2)),
+        y=alt.Y("dollars_per_million:Q", title=y_title, scale=_log_scale(log_y)),
+        color=_colour(series, df[series], sort=list(dict.fromkeys(df[series])),
+                      legend=alt.Legend(orient="top")),
         tooltip=[select, series, alt.Tooltip(f"{x}:Q", format=","),
                  alt.Tooltip(f"{rate}:Q", format=",.0f"),
                  alt.Tooltip("dollars_per_million:Q", format="$,.3f")])
@@ -218,36 +323,56 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
         price_param, pick)
 
 
-class Table:
-    """An HTML table for a chapter: formatted, with ids hashed from its content (reproducible)."""
+def versus_chart(df: pd.DataFrame, x: str, y: str, color: str, x_title: str, y_title: str,
+                 tooltip: Sequence[str] = (), color_order: Sequence[str] | None = None) -> alt.LayerChart:
+    """``y`` against ``x`` on log–log axes with the line y = x (claimed against recomputed,
+    measured against predicted); rows with a value ≤ 0 or NaN are left out (a log axis cannot
+    show them). Clicking a legend entry shows only that category.
 
-    def __init__(self, df: pd.DataFrame, formats: dict[str, Any] | None = None,
-                 hide_index: bool = True) -> None:
-        digest = hashlib.sha1(pd.util.hash_pandas_object(df, index=True).values.tobytes())
-        styler = df.style.format(formats or {}).set_uuid(digest.hexdigest()[:8])
-        # numbers line up on the right, headers above them (text columns stay left)
-        numeric = [i for i, c in enumerate(df.columns)
-                   if pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])]
-        if numeric:
-            styler = styler.set_properties(subset=[df.columns[i] for i in numeric],
-                                           **{"text-align": "right"})
-            styler = styler.set_table_styles(
-                [{"selector": f"th.col_heading.col{i}", "props": [("text-align", "right")]}
-                 for i in numeric], overwrite=False)
-        self.df = df
-        self._styler = styler.hide(axis="index") if hide_index else styler
+    Raises ValueError when no row is left to draw.
+    """
+    keep = df[(df[x] > 0) & (df[y] > 0)]
+    if keep.empty:
+        raise ValueError(f"no row with positive {x!r} and {y!r} to draw")
+    low = float(min(keep[x].min(), keep[y].min())) / 2
+    high = float(max(keep[x].max(), keep[y].max())) * 2
+    pick = alt.selection_point(fields=[color], bind="legend")
+    colour = (_colour(color, keep[color], scale=alt.Scale(domain=list(color_order)))
+              if color_order else _colour(color, keep[color]))
+    points = alt.Chart(keep).mark_point(size=70, filled=True).encode(
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(type="log", domain=[low, high])),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log", domain=[low, high])),
+        color=colour,
+        opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
+        tooltip=[*tooltip, alt.Tooltip(f"{x}:Q", format=",.4~g"),
+                 alt.Tooltip(f"{y}:Q", format=",.4~g")],
+    ).add_params(pick)
+    diagonal = alt.Chart(pd.DataFrame({x: [low, high], y: [low, high]})).mark_line(
+        color="#888", strokeDash=[4, 4], strokeWidth=1).encode(x=f"{x}:Q", y=f"{y}:Q")
+    return (diagonal + points).properties(height=380)
 
-    def _repr_html_(self) -> str:
-        return self._styler.to_html()
 
-    def __repr__(self) -> str:
-        return f"<table: {len(self.df)} rows × {len(self.df.columns)} columns>"
-
-
-def table(df: pd.DataFrame, formats: dict[str, Any] | None = None,
-          hide_index: bool = True) -> Table:
-    """A formatted HTML table whose element ids are a hash of its content."""
-    return Table(df, formats, hide_index)
+def error_bars(df: pd.DataFrame, error: str, label: str, color: str, title: str,
+               limit: float = 50.0, tooltip: Sequence[str] = ()) -> alt.LayerChart:
+    """Horizontal bars of ``error`` (percent) per ``label``, sorted, on an axis clipped to
+    ±``limit``; a bar past the limit is drawn to the edge with its true value written beside it,
+    so one outlier does not flatten the rest. Raises KeyError for a missing column."""
+    missing = [c for c in (error, label, color, *tooltip) if c not in df.columns]
+    if missing:
+        raise KeyError(f"columns not in the frame: {missing}")
+    data = df.assign(_shown=df[error].clip(-limit, limit),
+                     _note=[f"{v:+.0f} %" if abs(v) > limit else "" for v in df[error]])
+    base = alt.Chart(data).encode(y=alt.Y(
+        f"{label}:N", sort=alt.EncodingSortField(error, op="max", order="descending"), title=None,
+        axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})))
+    bars = base.mark_bar().encode(
+        x=alt.X("_shown:Q", title=title, scale=alt.Scale(domain=[-limit, limit]),
+                axis=alt.Axis(titleAnchor="end", titleAlign="right")),
+        color=_colour(color, data[color]),
+        tooltip=[label, alt.Tooltip(f"{error}:Q", format="+.1f"), *tooltip])
+    notes = base.mark_text(align="right", dx=-4, color="white", fontWeight="bold").encode(
+        x=alt.X("_shown:Q"), text="_note:N")
+    return (bars + notes).properties(height=16 * data[label].nunique())
 
 
 def _vega_string(text: str) -> str:
@@ -261,16 +386,17 @@ ANSWER_COST_EXPR = "price * datum.n_gpus * 1000000 / (datum.tokens_per_s * 3600)
 
 
 def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
-                    default_context: int, default_price: float, price_max: float = 15.0,
-                    width: int = 640) -> alt.VConcatChart:
+                    default_context: int, default_price: float,
+                    price_max: float = 15.0) -> alt.VConcatChart:
     """The landing page's answer: pick a model, a GPU, a context and a price; read the GPUs,
     concurrent requests, decode tokens/s and $/1M tokens, and how each moves with context.
 
     ``grid``: ``kvlib.answer.answer_grid`` output. Everything is precomputed except the
     price, applied in the browser (``ANSWER_COST_EXPR``); the widgets are Vega-Lite params
-    named ``model``, ``gpu``, ``context`` and ``price``. ``width``: the whole chart's width in
-    pixels, axes included (the book's text column is about 670). Raises ValueError when a
-    default is not in the grid.
+    named ``model``, ``gpu``, ``context`` and ``price``. Two layouts (``responsive``): four
+    figures in a row over three panels side by side in the book's column; two rows of two
+    figures over panels one above the other on a phone. Raises ValueError when a default is
+    not in the grid.
     """
     for column, value in (("model", default_model), ("gpu", default_gpu),
                           ("context_tokens", default_context)):
@@ -292,16 +418,17 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
     contexts = sorted(set(int(c) for c in grid["context_tokens"]))
     ctx_label = {c: (f"{c // 1024}K" if c % 1024 == 0 else f"{c:,}") for c in contexts}
 
-    model = alt.param(name="model", value=default_model, bind=alt.binding_select(
-        options=models, labels=[names[m] for m in models], name="model "))
-    gpu = alt.param(name="gpu", value=default_gpu, bind=alt.binding_select(
-        options=gpus, labels=[gpu_names[g] for g in gpus], name="GPU "))
-    context = alt.param(name="context", value=int(default_context), bind=alt.binding_select(
-        options=contexts, labels=[f"{ctx_label[c]} ({c:,})" for c in contexts],
-        name="tokens per request "))
-    price = alt.param(name="price", value=float(default_price), bind=alt.binding_range(
-        min=0.25, max=price_max, step=0.05, name="price per GPU-hour ($) "))
-
+    params = [
+        alt.param(name="model", value=default_model, bind=alt.binding_select(
+            options=models, labels=[names[m] for m in models], name="model ")),
+        alt.param(name="gpu", value=default_gpu, bind=alt.binding_select(
+            options=gpus, labels=[gpu_names[g] for g in gpus], name="GPU ")),
+        alt.param(name="context", value=int(default_context), bind=alt.binding_select(
+            options=contexts, labels=[f"{ctx_label[c]} ({c:,})" for c in contexts],
+            name="tokens per request ")),
+        alt.param(name="price", value=float(default_price), bind=alt.binding_range(
+            min=0.25, max=price_max, step=0.05, name="price per GPU-hour ($) ")),
+    ]
     base = (alt.Chart(data)
             .transform_filter("datum.model == model && datum.gpu == gpu")
             .transform_lookup(lookup="model", from_=alt.LookupData(
@@ -310,11 +437,27 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
                 gpu_info, key="gpu", fields=["gpu_name", "price_low", "price_median", "price_high"]))
             .transform_calculate(fits="datum.n_gpus > 0")
             .transform_calculate(cost=f"datum.fits ? {ANSWER_COST_EXPR} : null"))
+    label_expr = " : ".join(f"datum.value == {c} ? {_vega_string(ctx_label[c])}"
+                            for c in contexts) + " : datum.value"
+    wide = _answer_layout(base, label_expr, COLUMN_WIDTH, phone=False).add_params(*params)
+    narrow = _answer_layout(base, label_expr, PHONE_WIDTH, phone=True).add_params(*params)
+    return responsive(wide, narrow)
 
+
+def _answer_layout(base: alt.Chart, label_expr: str, width: int, phone: bool) -> alt.VConcatChart:
+    """The answer explorer's card and panels, ``width`` pixels wide (axes included): figures
+    in one row and panels side by side, or (``phone``) figures two a row, panels stacked and
+    the lines under the figures broken where a phone screen ends."""
     spacing, axis_w = 18, 62  # pixels between panels; a y axis with its title
     # -- the card: four figures for the chosen context -----------------------------------
     tiles = [("v_gpus", "GPUs"), ("v_requests", "concurrent requests"),
              ("v_tps", "decode tokens/s"), ("v_cost", "$ per 1M tokens")]
+    per_row = 2 if phone else 4
+    # the card lines up with the panels' plot areas, right of their y axis; on a phone its
+    # figures and lines start at the chart's left edge, under the axis (x0 < 0)
+    card_w = width - axis_w - (0 if phone else 10)
+    x0, span = (-axis_w, width) if phone else (0, card_w)
+    row_h = 62
     card_base = base.transform_filter("datum.context_tokens == context").transform_calculate(
         v_gpus="datum.fits ? '' + datum.n_gpus : '> 8'",
         v_requests="datum.fits ? format(datum.max_concurrency, datum.max_concurrency < 100 ? ',.1f' : ',.0f') : '—'",
@@ -322,38 +465,47 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
         v_cost="datum.fits ? '$' + format(datum.cost, datum.cost < 10 ? ',.2f' : ',.1f') : '—'",
     ).transform_fold([k for k, _ in tiles], as_=["tile", "value"]).transform_calculate(
         label=" : ".join(f"datum.tile == {_vega_string(k)} ? {_vega_string(v)}" for k, v in tiles)
-        + " : ''")
-    x_tile = alt.X("tile:N", sort=[k for k, _ in tiles], axis=None)
+        + " : ''",
+        index=" : ".join(f"datum.tile == {_vega_string(k)} ? {i}" for i, (k, _) in enumerate(tiles))
+        + " : 0",
+    ).transform_calculate(
+        tile_x=f"{x0} + (datum.index % {per_row} + 0.5) * {span / per_row}",
+        tile_y=f"40 + floor(datum.index / {per_row}) * {row_h}")
+    # positions in pixels (scale=None): a row of four, or two rows of two
+    at = dict(x=alt.X("tile_x:Q", scale=None, axis=None), y=alt.Y("tile_y:Q", scale=None, axis=None))
     values = card_base.mark_text(fontSize=30, fontWeight="bold", color=PALETTE[0],
-                                 baseline="bottom").encode(x=x_tile, y=alt.value(40), text="value:N")
-    labels = card_base.mark_text(fontSize=13, color="#444", baseline="top").encode(
-        x=x_tile, y=alt.value(46), text="label:N")
+                                 baseline="bottom").encode(text="value:N", **at)
+    labels = card_base.mark_text(fontSize=13, color="#444", baseline="top", dy=6).encode(
+        text="label:N", **at)
+    # the lines under the figures; a phone breaks each in two
+    br = "\\n" if phone else " "
     setup_expr = (
         "datum.fits ? datum.model_name + ' on ' + datum.n_gpus + ' × ' + datum.gpu_name"
-        " + ' · weights ' + datum.weight_format + ', KV cache ' + datum.kv_dtype"
+        f" + '{'' if phone else ' ·'}{br}weights ' + datum.weight_format + ', KV cache ' + datum.kv_dtype"
         " : datum.model_name + ' does not fit one request of ' + format(datum.context_tokens, ',')"
-        " + ' tokens on up to 8 × ' + datum.gpu_name")
+        f" + ' tokens{br}on up to 8 × ' + datum.gpu_name")
     batch_expr = (
-        "datum.fits ? datum.batch + ' requests decoded together, each at '"
+        f"datum.fits ? datum.batch + ' requests decoded together,{br}each at '"
         " + format(datum.context_tokens, ',') + ' tokens (' + datum.bound + '-bound)' : ''")
     price_expr = (
         "isValid(datum.price_median) ? 'Offers in data/prices.csv: $'"
         " + format(datum.price_low, '.2f') + '–$' + format(datum.price_high, '.2f')"
-        " + ' per GPU-hour' + (datum.fits ? '; at the median, $' + format(datum.price_median, '.2f')"
+        f" + ' per GPU-hour' + (datum.fits ? ';{br}at the median, $' + format(datum.price_median, '.2f')"
         " + ': $' + format(" + ANSWER_COST_EXPR.replace("price", "datum.price_median")
-        + ", ',.2f') + ' per 1M tokens' : '')"
-        " : 'No offer for this GPU in data/prices.csv: set your own price'")
+        + f", ',.2f') + ' per 1M tokens' : '')"
+        f" : 'No offer for this GPU in data/prices.csv:{br}set your own price'")
     detail = card_base.transform_filter(f"datum.tile == {_vega_string(tiles[0][0])}")
+    first = 40 + (len(tiles) // per_row - 1) * row_h + 46  # below the last row of figures
+    step = 36 if phone else 17
     lines_ = [detail.transform_calculate(t=expr).mark_text(
-        fontSize=12, color=colour, align="left").encode(x=alt.value(0), y=alt.value(y), text="t:N")
-        for expr, colour, y in ((setup_expr, "#333", 86), (batch_expr, "#333", 103),
-                                (price_expr, "#666", 120))]
-    # vconcat lines the card up with the panels' plot areas, right of their y axis
-    card = alt.layer(values, labels, *lines_).properties(width=width - axis_w - 10, height=128)
+        fontSize=12, color=colour, align="left", baseline="top", lineBreak="\n",
+        lineHeight=15).encode(x=alt.value(x0), y=alt.value(first + i * step), text="t:N")
+        for i, (expr, colour) in enumerate(((setup_expr, "#333"), (batch_expr, "#333"),
+                                            (price_expr, "#666")))]
+    card = alt.layer(values, labels, *lines_).properties(width=card_w,
+                                                         height=first + 3 * step + 2)
 
     # -- three small panels: the same figures against context ----------------------------
-    label_expr = " : ".join(f"datum.value == {c} ? {_vega_string(ctx_label[c])}"
-                            for c in contexts) + " : datum.value"
     x = alt.X("context_tokens:O", title="tokens per request",
               axis=alt.Axis(labelAngle=0, labelExpr=label_expr, labelFontSize=10))
     chosen = "datum.context_tokens == context"
@@ -362,7 +514,7 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
                alt.Tooltip("max_concurrency:Q", title="concurrent requests", format=",.1f"),
                alt.Tooltip("tokens_per_s:Q", title="decode tokens/s", format=",.0f"),
                alt.Tooltip("cost:Q", title="$ per 1M tokens", format=",.2f")]
-    panel_w = (width - 2 * spacing - 3 * axis_w) // 3
+    panel_w = width - axis_w if phone else (width - 2 * spacing - 3 * axis_w) // 3
 
     def panel(field: str, title: str) -> alt.LayerChart:
         fitted = base.transform_filter("datum.fits").encode(
@@ -380,9 +532,10 @@ def answer_explorer(grid: pd.DataFrame, default_model: str, default_gpu: str,
             ).transform_filter("datum.prev_gpus != datum.n_gpus").transform_calculate(
                 gpus_label="datum.n_gpus + (datum.n_gpus > 1 ? ' GPUs' : ' GPU')").mark_text(
                 align="left", dx=5, dy=-9, fontSize=10, color="#555").encode(text="gpus_label:N"))
-        return alt.layer(*layers).properties(width=panel_w, height=140)
+        return alt.layer(*layers).properties(width=panel_w, height=120 if phone else 140)
 
-    panels = alt.hconcat(panel("max_concurrency", "concurrent requests"),
-                         panel("tokens_per_s", "decode tokens/s"),
-                         panel("cost", "$ per 1M tokens"), spacing=spacing)
-    return alt.vconcat(card, panels, spacing=16).add_params(model, gpu, context, price)
+    panels = [panel("max_concurrency", "concurrent requests"),
+              panel("tokens_per_s", "decode tokens/s"), panel("cost", "$ per 1M tokens")]
+    if phone:
+        return alt.vconcat(card, *panels, spacing=16)
+    return alt.vconcat(card, alt.hconcat(*panels, spacing=spacing), spacing=16)

@@ -133,6 +133,15 @@ def choice(*options: str) -> Check:
     return check
 
 
+def _runs(value: str) -> str | None:
+    """Block-id runs of a trace row: space-separated ``a`` or ``a-b`` (a <= b)."""
+    for run in value.split():
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", run)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            return f"{run!r} is not a block id or a run a-b"
+    return None
+
+
 TEXT, SLUG_CELL, URL, DATE, JSON = _text, _slug, _url, _date, _json
 
 
@@ -186,7 +195,7 @@ class Schema:
 
 
 _COUNT, _POSITIVE_COUNT, _POSITIVE = integer(0), integer(1), number(positive=True)
-_NON_NEGATIVE = number(minimum=0)
+_NON_NEGATIVE, _RUNS = number(minimum=0), _runs
 _CLAIMS = Schema(
     required={"id": SLUG_CELL, "claim": TEXT, "source": TEXT, "quantity": TEXT,
               "claimed": number(), "unit": TEXT, "computation": TEXT},
@@ -273,6 +282,26 @@ SCHEMAS: dict[str, Schema] = {
                   "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE},
         optional={"gpu_slug": SLUG_CELL},
         unique=("id",), source=("source_url",)),
+    "cached_input_prices.csv": Schema(
+        required={"provider": TEXT, "model": TEXT, "date": DATE,
+                  "input_dollars_per_million": _POSITIVE,
+                  "cached_input_dollars_per_million": _NON_NEGATIVE, "source_url": URL},
+        optional={"cache_write_dollars_per_million": _POSITIVE},
+        source=("source_url",)),
+    "offload_links.csv": Schema(
+        required={"link": TEXT, "tier": TEXT, "bytes_per_s": _POSITIVE, "source_url": URL},
+        unique=("link",), source=("source_url",)),
+    # a published trace: its source (URL, commit, licence) is data/traces/README.md
+    "traces/*.csv": Schema(
+        required={"timestamp_ms": _COUNT, "input_tokens": _POSITIVE_COUNT,
+                  "output_tokens": _POSITIVE_COUNT},
+        optional={"hash_id_runs": _RUNS}),
+    # written by tests/test_crosscheck.py from transformers' cache objects (versions per row)
+    "validation/crosscheck.csv": Schema(
+        required={"slug": SLUG_CELL, "layers": _POSITIVE_COUNT, "n_tokens": _POSITIVE_COUNT,
+                  "transformers_bytes": _COUNT, "kvlib_bytes": _COUNT, "expected_bytes": _COUNT,
+                  "ratio": _NON_NEGATIVE, "explained": choice("True", "False"),
+                  "torch": TEXT, "transformers": TEXT}),
     "claims/*.csv": _CLAIMS,
 }
 

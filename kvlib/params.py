@@ -18,12 +18,15 @@ multimodal wrappers (only ``text_config`` is read). Publishers' round numbers ("
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from .checks import integer
+from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Mamba1, Mamba2,
+                        read_config)
 from .units import DTYPE_BITS
 
 #: Components whose weights a quantized checkpoint stores in the quantized format; all other
@@ -46,13 +49,6 @@ WEIGHT_FORMAT_BITS: dict[str, float] = {
     "int4-g128": 4.125,
     "int4-g128-zp": 4.15625,
 }
-
-#: transformers class defaults for fields some published configs omit (Gemma-3's text_config
-#: has no ``vocab_size``; ``Gemma3TextConfig`` supplies 262,208).
-_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
-}
-
 
 def weight_bits(fmt: str) -> float:
     """Effective bits per weight of a storage format; ValueError for an unknown name."""
@@ -118,118 +114,44 @@ class ParamCounts:
         return self.routed_expert_params // (self.n_experts * self.n_moe_layers)
 
 
-# --- config access ------------------------------------------------------------------------
+# --- counts by component, from the architecture record -------------------------------------
 
-class _Cfg:
-    def __init__(self, cfg: Mapping[str, Any], name: str) -> None:
-        self.cfg, self.name = cfg, name
-        self.defaults = _FAMILY_DEFAULTS.get(str(cfg.get("model_type")), {})
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self.cfg.get(key)
-        if value is None:
-            value = self.defaults.get(key, default)
-        return value
-
-    def int(self, *keys: str, default: int | None = None) -> int:
-        for key in keys:
-            value = self.get(key)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise ValueError(f"{self.name}: config field {key!r} must be a non-negative "
-                                     f"integer, got {value!r}")
-                return value
-        if default is not None:
-            return default
-        raise ValueError(f"{self.name}: config field {' / '.join(map(repr, keys))} is missing "
-                         "(needed for the parameter count)")
+def _need(value: int | None, label: str, field: str) -> int:
+    """A record field the parameter count cannot do without."""
+    if value is None:
+        raise ValueError(f"{label}: config field {field!r} is missing (needed for the parameter "
+                         "count)")
+    return value
 
 
-def _text_and_outer(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    inner = config.get("text_config")
-    if isinstance(inner, Mapping) and inner.get("num_hidden_layers") is not None:
-        return inner, config
-    return config, config
-
-
-def _layer_kinds(c: _Cfg, n_layers: int) -> list[str]:
-    """Mixer kind per layer: attention, mla, gated_deltanet, mamba2, mlp_only, moe_only."""
-    if c.get("hybrid_override_pattern"):
-        table = {"M": "mamba2", "*": "attention", "-": "mlp_only", "E": "moe_only"}
-        return [table[ch] for ch in c.get("hybrid_override_pattern")]
-    if c.get("kv_lora_rank") is not None:
-        return ["mla"] * n_layers
-    types = c.get("layer_types")
-    if types and any(t == "linear_attention" for t in types):
-        return ["gated_deltanet" if t == "linear_attention" else "attention" for t in types]
-    if c.get("full_attention_interval"):
-        every = c.int("full_attention_interval")
-        return ["attention" if (i + 1) % every == 0 else "gated_deltanet" for i in range(n_layers)]
-    return ["attention"] * n_layers
-
-
-def _is_moe_layer(c: _Cfg, i: int) -> bool:
-    n_experts = c.int("num_local_experts", "num_experts", "n_routed_experts", default=0)
-    if not n_experts:
-        return False
-    if i in (c.get("mlp_only_layers") or []):
-        return False
-    first_dense = c.int("first_k_dense_replace", default=0)
-    if i < first_dense:
-        return False
-    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1) or 1
-    return (i + 1) % step == 0 if c.get("decoder_sparse_step") else (i - first_dense) % step == 0
-
-
-def _gated(c: _Cfg) -> bool:
-    act = str(c.get("hidden_act") or c.get("hidden_activation") or c.get("activation_function")
-              or c.get("mlp_hidden_act") or "silu")
-    model_type = str(c.get("model_type"))
-    if model_type in ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode"):
-        return False
-    return act not in ("relu2", "relu", "gelu_new")
-
-
-def _attention_params(c: _Cfg, hidden: int) -> tuple[int, int, int, int]:
+def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     """(linear, bias+small, norms, kv_linear) parameters of one softmax-attention layer."""
-    n_heads = c.int("num_attention_heads", "n_head")
-    model_type = str(c.get("model_type"))
-    if c.get("multi_query") and not c.get("new_decoder_architecture"):
-        n_kv = 1
-    else:
-        n_kv = c.int("num_key_value_heads", "num_kv_heads", default=n_heads)
-    head_dim = c.get("head_dim") or hidden // n_heads
-    q_out = n_heads * head_dim
-    gate = model_type.startswith("qwen3_next") or (
-        model_type.startswith("qwen3_5") and c.get("attn_output_gate", True))
-    kv_linear = 2 * hidden * n_kv * head_dim
-    linear = hidden * q_out * (2 if gate else 1) + kv_linear + q_out * hidden
+    q_out = att.n_heads * att.head_dim
+    kv_out = att.n_kv_heads * att.head_dim
+    kv_linear = 2 * hidden * kv_out
+    linear = hidden * q_out * (2 if att.output_gate else 1) + kv_linear + q_out * hidden
     small = 0
-    qkv_bias = (c.get("attention_bias") or c.get("qkv_bias") or model_type == "qwen2"
-                or model_type == "opt" or (c.get("bias") is True))
-    if qkv_bias:
-        small += q_out + 2 * n_kv * head_dim
-    if c.get("attention_bias") or model_type == "opt" or c.get("bias") is True:
+    if att.qkv_bias:
+        small += q_out + 2 * kv_out
+    if att.o_bias:
         small += hidden  # o_proj bias
-    if model_type == "gpt_oss":
-        small += n_heads  # attention sinks
+    if att.sinks:
+        small += att.n_heads  # attention sinks (gpt-oss)
     norms = 0
-    if model_type.startswith(("qwen3", "gemma3")) or c.get("use_qk_norm"):
-        if c.get("qk_norm_type") == "per_layer":  # MiniMax: norms over all heads
-            norms += q_out + n_kv * head_dim
-        else:
-            norms += 2 * head_dim
+    if att.qk_norm == "per_layer":  # MiniMax: norms over all heads
+        norms += q_out + kv_out
+    elif att.qk_norm == "per_head":
+        norms += 2 * att.head_dim
     return linear, small, norms, kv_linear
 
 
-def _mla_params(c: _Cfg, hidden: int) -> tuple[int, int]:
+def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
     """(linear, norms) parameters of one MLA layer (DeepSeek-V2/V3, Kimi-K2), plus the
     DeepSeek-V3.2 lightning indexer when the config has one."""
-    n_heads = c.int("num_attention_heads")
-    q_lora = c.get("q_lora_rank")
-    kv_lora = c.int("kv_lora_rank")
-    nope, rope = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim")
-    v_dim = c.int("v_head_dim")
+    n_heads, q_lora, kv_lora, rope = (mla.n_heads, mla.q_lora_rank, mla.kv_lora_rank,
+                                      mla.qk_rope_head_dim)
+    nope = _need(mla.qk_nope_head_dim, label, "qk_nope_head_dim")
+    v_dim = _need(mla.v_head_dim, label, "v_head_dim")
     qk = nope + rope
     norms = kv_lora
     if q_lora:
@@ -239,37 +161,141 @@ def _mla_params(c: _Cfg, hidden: int) -> tuple[int, int]:
         linear = hidden * n_heads * qk
     linear += hidden * (kv_lora + rope) + kv_lora * n_heads * (nope + v_dim)
     linear += n_heads * v_dim * hidden
-    if c.get("index_n_heads"):  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
-        ih, idim = c.int("index_n_heads"), c.int("index_head_dim")
+    if mla.indexer is not None:  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
+        ih, idim = mla.indexer.n_heads, mla.indexer.head_dim
         linear += (q_lora or hidden) * ih * idim + hidden * idim + hidden * ih
         norms += 2 * idim
     return linear, norms
 
 
-def _mamba2_params(c: _Cfg, hidden: int) -> tuple[int, int]:
-    """(linear, small) parameters of one Mamba-2 mixer (Nemotron-H shapes)."""
-    heads, hd = c.int("mamba_num_heads"), c.int("mamba_head_dim")
-    state, groups, kernel = c.int("ssm_state_size"), c.int("n_groups"), c.int("conv_kernel")
-    d_inner = heads * hd
-    conv_dim = d_inner + 2 * groups * state
-    linear = hidden * (2 * d_inner + 2 * groups * state + heads) + d_inner * hidden
-    small = conv_dim * kernel + 3 * heads + d_inner  # conv weight, dt_bias/A_log/D, gated norm
-    if c.get("use_conv_bias", True):
-        small += conv_dim
-    if c.get("mamba_proj_bias"):
-        small += 2 * d_inner + 2 * groups * state + heads + hidden
+def _mamba1_params(m: Mamba1, hidden: int) -> tuple[int, int]:
+    """(linear, small) parameters of one Mamba-1 mixer (transformers ``MambaMixer`` /
+    ``JambaMambaMixer`` shapes): in_proj to x and z, a depthwise conv, x_proj to dt, B and C,
+    dt_proj back to the channels, A and D, out_proj; Jamba adds RMS norms on dt, B and C."""
+    d, s, r = m.d_inner, m.state_size, m.dt_rank
+    linear = hidden * 2 * d + d * (r + 2 * s) + r * d + d * hidden
+    small = d * m.conv_kernel + d + d * s + d  # conv weight, dt_proj bias, A_log, D
+    if m.conv_bias:
+        small += d
+    if m.proj_bias:
+        small += 2 * d + hidden
+    if m.bcdt_norms:
+        small += r + 2 * s
     return linear, small
 
 
-def _gdn_params(c: _Cfg, hidden: int) -> tuple[int, int]:
+def _mamba2_params(m: Mamba2, hidden: int) -> tuple[int, int]:
+    """(linear, small) parameters of one Mamba-2 mixer (Nemotron-H / Falcon-H1 / Granite-4.0-H
+    shapes): in_proj to z, x, B, C and dt; a depthwise conv over x, B, C; dt_bias, A_log, D; a
+    gated RMS norm; out_proj."""
+    heads, state, groups, d_inner = m.n_heads, m.state_size, m.n_groups, m.d_inner
+    conv_dim = d_inner + 2 * groups * state
+    in_width = 2 * d_inner + 2 * groups * state + heads
+    linear = hidden * in_width + d_inner * hidden
+    small = conv_dim * m.conv_kernel + 3 * heads  # conv weight, dt_bias/A_log/D
+    if m.gated_norm:
+        small += d_inner
+    if m.conv_bias:
+        small += conv_dim
+    if m.proj_bias:
+        small += in_width
+    if m.out_bias:
+        small += hidden
+    return linear, small
+
+
+def _gdn_params(g: GatedDeltaNet, hidden: int) -> tuple[int, int]:
     """(linear, small) parameters of one Gated DeltaNet mixer (Qwen3-Next / Qwen3.5)."""
-    nk, nv = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
-    dk, dv = c.int("linear_key_head_dim"), c.int("linear_value_head_dim")
-    kernel = c.int("linear_conv_kernel_dim")
+    nk, nv, dk, dv = g.n_k_heads, g.n_v_heads, g.k_head_dim, g.v_head_dim
     conv_dim = 2 * nk * dk + nv * dv
     linear = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv + nv * dv * hidden
-    small = conv_dim * kernel + 2 * nv + dv  # conv, dt_bias + A_log, gated norm weight
+    small = conv_dim * g.conv_kernel + 2 * nv + dv  # conv, dt_bias + A_log, gated norm weight
     return linear, small
+
+
+def count_architecture(arch: Architecture) -> ParamCounts:
+    """Parameter counts of an architecture record (:func:`kvlib.hf_config.read_config`).
+
+    Raises ValueError naming a config field the count needs and the record lacks.
+    """
+    label = arch.name
+    hidden = _need(arch.hidden_size, label, "hidden_size")
+    vocab = _need(arch.vocab_size, label, "vocab_size")
+    comp = dict.fromkeys(COMPONENTS, 0)
+
+    # Embeddings, LM head, final norm
+    embed_dim = arch.embed_dim or hidden
+    comp["embedding"] = vocab * embed_dim
+    comp["lm_head"] = 0 if arch.tie_word_embeddings else vocab * hidden
+    norm_size = hidden * (2 if arch.norm_bias else 1)
+    comp["norms"] += norm_size if arch.final_norm else 0  # final norm
+    comp["norms"] += norm_size if arch.embedding_norm else 0  # BLOOM's embedding norm
+    if arch.learned_positions:  # OPT: max positions + 2 offset rows (+ its projections)
+        rows = _need(arch.max_position_embeddings, label, "max_position_embeddings") + 2
+        comp["position_embedding"] = rows * hidden
+        if embed_dim != hidden:
+            comp["small"] += 2 * hidden * embed_dim
+
+    moe, mlp = arch.moe, arch.mlp
+    kv_total = n_kv = n_moe_layers = 0
+    for spec in arch.layers:
+        comp["norms"] += arch.layer_norms * norm_size
+        if spec.mixer in ("full", "sliding", "chunked", "parallel"):
+            assert arch.attention is not None
+            lin, small, norms, kv = _attention_params(arch.attention, hidden)
+            comp["attention"] += lin
+            comp["small"] += small
+            comp["norms"] += norms
+            kv_total += kv
+            n_kv = arch.attention.n_kv_heads
+        elif spec.mixer == "mla":
+            assert arch.mla is not None
+            lin, norms = _mla_params(arch.mla, hidden, label)
+            comp["attention"] += lin
+            comp["norms"] += norms
+        if spec.mixer in ("mamba2", "parallel"):
+            assert arch.mamba2 is not None
+            lin, small = _mamba2_params(arch.mamba2, hidden)
+            comp["recurrent"] += lin
+            comp["small"] += small
+        elif spec.mixer == "mamba1":
+            assert arch.mamba1 is not None
+            lin, small = _mamba1_params(arch.mamba1, hidden)
+            comp["recurrent"] += lin
+            comp["small"] += small
+        elif spec.mixer == "gated_deltanet":
+            assert arch.gated_deltanet is not None
+            lin, small = _gdn_params(arch.gated_deltanet, hidden)
+            comp["recurrent"] += lin
+            comp["small"] += small
+        # The feed-forward part of the layer
+        mats = 3 if mlp is not None and mlp.gated else 2
+        if spec.ffn == "moe":
+            assert moe is not None
+            n_moe_layers += 1
+            moe_inter = _need(moe.intermediate_size, label, "moe_intermediate_size")
+            per_expert = mats * hidden * moe_inter
+            if moe.expert_bias:  # gpt-oss: biases on gate_up (2I) and down (h)
+                per_expert += 2 * moe_inter + hidden
+            comp["experts"] += moe.n_experts * per_expert
+            comp["router"] += hidden * moe.n_experts
+            if moe.router_bias:
+                comp["router"] += moe.n_experts  # router bias / e_score_correction_bias
+            if moe.shared_intermediate_size:
+                comp["shared_experts"] += mats * hidden * moe.shared_intermediate_size
+                if moe.shared_gate:
+                    comp["router"] += hidden  # shared_expert_gate
+        elif spec.ffn == "dense":
+            assert mlp is not None
+            inter = _need(mlp.intermediate_size, label, "intermediate_size")
+            comp["mlp"] += mats * hidden * inter
+            if mlp.bias:
+                comp["small"] += inter + hidden
+    n_experts = moe.n_experts if moe is not None and n_moe_layers else 0
+    return ParamCounts(name=label, components=comp, n_experts=n_experts,
+                       experts_per_token=moe.experts_per_token if n_experts else 0,
+                       n_moe_layers=n_moe_layers, tied_embeddings=arch.tie_word_embeddings,
+                       kv_proj_params=kv_total, n_kv_heads=n_kv, notes=arch.notes)
 
 
 def count_params(config: Mapping[str, Any], name: str | None = None) -> ParamCounts:
@@ -278,113 +304,7 @@ def count_params(config: Mapping[str, Any], name: str | None = None) -> ParamCou
     Reads ``text_config`` for multimodal wrappers (the vision tower is not counted) and the
     outer ``tie_word_embeddings``. Raises ValueError naming a missing field.
     """
-    if not isinstance(config, Mapping) or not config:
-        raise ValueError("config is empty: expected the fields of a Hugging Face config.json")
-    text, outer = _text_and_outer(config)
-    label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
-    c = _Cfg(text, label)
-    model_type = str(c.get("model_type"))
-    hidden = c.int("hidden_size", "d_model", "n_embd")
-    n_layers = c.int("num_hidden_layers", "n_layer", "num_layers")
-    vocab = c.int("vocab_size")
-    tie = text.get("tie_word_embeddings", outer.get("tie_word_embeddings", True))
-    comp = dict.fromkeys(COMPONENTS, 0)
-    notes: list[str] = []
-
-    # Embeddings, LM head, final norm
-    embed_dim = c.int("word_embed_proj_dim", default=hidden)
-    comp["embedding"] = vocab * embed_dim
-    comp["lm_head"] = 0 if tie else vocab * hidden
-    layernorm_bias = model_type in ("opt", "RefinedWebModel", "falcon")
-    norm_size = hidden * (2 if layernorm_bias else 1)
-    comp["norms"] += norm_size  # final norm
-    if model_type == "opt":
-        comp["position_embedding"] = (c.int("max_position_embeddings") + 2) * hidden
-        if embed_dim != hidden:
-            comp["small"] += 2 * hidden * embed_dim
-
-    kinds = _layer_kinds(c, n_layers)
-    if len(kinds) != n_layers:
-        raise ValueError(f"{label}: layer pattern describes {len(kinds)} layers but "
-                         f"num_hidden_layers is {n_layers}")
-    n_experts = c.int("num_local_experts", "num_experts", "n_routed_experts", default=0)
-    topk = c.int("num_experts_per_tok", "experts_per_token", default=0)
-    gated = _gated(c)
-    mats = 3 if gated else 2
-    dense_inter = c.get("intermediate_size") or c.get("ffn_dim") or (
-        4 * hidden if model_type in ("RefinedWebModel", "falcon") else None)
-    moe_inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
-    shared_inter = c.get("shared_expert_intermediate_size")
-    if shared_inter is None:
-        shared_inter = c.get("moe_shared_expert_intermediate_size")
-    if shared_inter is None and c.get("n_shared_experts"):
-        shared_inter = c.int("n_shared_experts") * moe_inter
-    kv_total = 0
-    n_kv = 0
-    n_moe_layers = 0
-    per_layer_norms = 4 if model_type.startswith("gemma") else 2
-    if model_type in ("RefinedWebModel", "falcon") and not c.get("new_decoder_architecture"):
-        per_layer_norms = 1
-    if c.get("hybrid_override_pattern"):
-        per_layer_norms = 1  # Nemotron-H: one pre-norm per block
-
-    for i, kind in enumerate(kinds):
-        comp["norms"] += per_layer_norms * norm_size
-        if kind == "attention":
-            lin, small, norms, kv = _attention_params(c, hidden)
-            comp["attention"] += lin
-            comp["small"] += small
-            comp["norms"] += norms
-            kv_total += kv
-            n_kv = c.int("num_key_value_heads", "num_kv_heads",
-                         default=1 if c.get("multi_query") else c.int("num_attention_heads",
-                                                                       "n_head"))
-        elif kind == "mla":
-            lin, norms = _mla_params(c, hidden)
-            comp["attention"] += lin
-            comp["norms"] += norms
-        elif kind == "mamba2":
-            lin, small = _mamba2_params(c, hidden)
-            comp["recurrent"] += lin
-            comp["small"] += small
-        elif kind == "gated_deltanet":
-            lin, small = _gdn_params(c, hidden)
-            comp["recurrent"] += lin
-            comp["small"] += small
-        # The feed-forward part of the layer
-        if kind in ("mamba2", "attention") and c.get("hybrid_override_pattern"):
-            continue  # Nemotron-H: mixer-only blocks
-        moe = kind == "moe_only" or (kind != "mlp_only" and _is_moe_layer(c, i))
-        if moe:
-            n_moe_layers += 1
-            expert_mats = 3 if gated else 2
-            per_expert = expert_mats * hidden * moe_inter
-            if model_type == "gpt_oss":  # biases on gate_up (2I) and down (h)
-                per_expert += 2 * moe_inter + hidden
-            comp["experts"] += n_experts * per_expert
-            comp["router"] += hidden * n_experts
-            if model_type == "gpt_oss" or c.get("use_routing_bias") or (
-                    c.get("topk_method") == "noaux_tc") or model_type == "nemotron_h":
-                comp["router"] += n_experts  # router bias / e_score_correction_bias
-            if shared_inter:
-                comp["shared_experts"] += expert_mats * hidden * shared_inter
-                if model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")):
-                    comp["router"] += hidden  # shared_expert_gate
-        else:
-            inter = dense_inter
-            if inter is None:
-                raise ValueError(f"{label}: config field 'intermediate_size' is missing")
-            comp["mlp"] += mats * hidden * inter
-            if model_type == "opt" or c.get("mlp_bias") or c.get("bias") is True:
-                comp["small"] += inter + hidden
-    if c.get("num_nextn_predict_layers") or c.get("mtp_num_hidden_layers") or c.get("use_mtp"):
-        notes.append("multi-token-prediction layers not counted")
-    if config is not text:
-        notes.append("vision tower not counted (text_config only)")
-    return ParamCounts(name=label, components=comp, n_experts=n_experts if n_moe_layers else 0,
-                       experts_per_token=topk if n_moe_layers else 0, n_moe_layers=n_moe_layers,
-                       tied_embeddings=bool(tie), kv_proj_params=kv_total, n_kv_heads=n_kv,
-                       notes=tuple(notes))
+    return count_architecture(read_config(config, name))
 
 
 def weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str] = "bf16",
@@ -401,18 +321,7 @@ def weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str] = "b
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
         raise ValueError(f"tp (tensor-parallel degree) must be a positive integer, got {tp!r}")
-    if isinstance(weight_dtype, Mapping):
-        unknown = sorted(set(weight_dtype) - set(COMPONENTS))
-        if unknown:
-            raise ValueError(f"weight_dtype names unknown components {unknown}; "
-                             f"known: {', '.join(COMPONENTS)}")
-        bits = {k: weight_bits(v) for k, v in weight_dtype.items()}
-        default_bits = 16.0
-        bits_of = {comp: bits.get(comp, default_bits) for comp in COMPONENTS}
-    else:
-        b = weight_bits(weight_dtype)
-        other = b if b >= 16 else 16.0
-        bits_of = {comp: (b if comp in LINEAR_COMPONENTS else other) for comp in COMPONENTS}
+    bits_of = _format_bits(weight_dtype)
     total_bits = 0.0
     replicated = {"norms", "router", "small", "position_embedding"}
     for comp, n in counts.components.items():
@@ -430,46 +339,182 @@ def weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str] = "b
     return math.ceil(total_bits / 8)
 
 
-def params_for(model: Any) -> ParamCounts:
-    """Parameter counts for a registry slug, a ``Model`` or a config dict (memoized).
+# --- weights as an engine loads them ----------------------------------------------------------
 
-    A ``Model`` keeps only its text config; when it comes from the registry (same name and
-    text config) the full published config is used, so a wrapper's outer
-    ``tie_word_embeddings`` is honoured.
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint's size: ``total_size_bytes`` (``model.safetensors.index.json``
+    ``metadata.total_size``, the bytes of every stored tensor), the weight format it is stored
+    in (a ``WEIGHT_FORMAT_BITS`` name or a component → format mapping) and where it is stated."""
+
+    total_size_bytes: int
+    weight_format: str | Mapping[str, str]
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        integer("checkpoint total_size_bytes", self.total_size_bytes, 1)
+        _format_bits(self.weight_format)
+
+
+def _format_bits(weight_dtype: str | Mapping[str, str]) -> dict[str, float]:
+    """Bits per value of every component under a weight format (as ``weight_bytes`` prices)."""
+    if isinstance(weight_dtype, Mapping):
+        unknown = sorted(set(weight_dtype) - set(COMPONENTS))
+        if unknown:
+            raise ValueError(f"weight_dtype names unknown components {unknown}; "
+                             f"known: {', '.join(COMPONENTS)}")
+        bits = {k: weight_bits(v) for k, v in weight_dtype.items()}
+        return {comp: bits.get(comp, 16.0) for comp in COMPONENTS}
+    b = weight_bits(weight_dtype)
+    other = b if b >= 16 else 16.0
+    return {comp: (b if comp in LINEAR_COMPONENTS else other) for comp in COMPONENTS}
+
+
+#: GPUs with FP4 tensor cores (NVIDIA Blackwell): vLLM runs MXFP4 experts natively there.
+NATIVE_FP4_GPUS = frozenset({"b200"})
+#: On every other GPU vLLM's MXFP4 MoE falls back to weight-only Marlin kernels, which pad each
+#: expert's intermediate size (per tensor-parallel rank) to a multiple of 128 and the hidden size
+#: to a multiple of 256 (``mxfp4_round_up_hidden_size_and_intermediate_size``, MARLIN branch, in
+#: ``vllm/model_executor/layers/fused_moe/oracle/mxfp4.py``, vLLM 0.33.0; vLLM issue #23278 logs
+#: the fallback on an H100: "Weight-only FP4 compression will be used leveraging the Marlin
+#: kernel", then "Model loading took 65.9651 GiB" for gpt-oss-120b).
+MARLIN_MXFP4_MULTIPLES = (128, 256)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def marlin_padding_bytes(counts: ParamCounts, arch: Architecture,
+                         weight_dtype: str | Mapping[str, str], tp: int, gpu: str | None) -> int:
+    """Bytes the engine adds on one GPU to lay MXFP4 experts out for Marlin (0 when the experts
+    are not MXFP4, the model has none, or the GPU runs FP4 natively).
+
+    Per expert: the three matrices grow from H × I/tp to H' × I' (I' = I/tp rounded up to 128,
+    H' = H rounded up to 256) at the format's bits; gpt-oss's bf16 expert biases grow from
+    2·I/tp + H to 2·I' + H' values.
     """
+    fmt = weight_dtype.get("experts") if isinstance(weight_dtype, Mapping) else weight_dtype
+    moe = arch.moe
+    if (fmt != "mxfp4" or gpu in NATIVE_FP4_GPUS or moe is None or not counts.n_moe_layers
+            or moe.intermediate_size is None or arch.hidden_size is None):
+        return 0
+    hidden, inter = arch.hidden_size, -(-moe.intermediate_size // tp)
+    h_pad = _round_up(hidden, MARLIN_MXFP4_MULTIPLES[1])
+    i_pad = _round_up(inter, MARLIN_MXFP4_MULTIPLES[0])
+    mats = 3 if arch.mlp is not None and arch.mlp.gated else 2
+    extra_bits = mats * (h_pad * i_pad - hidden * inter) * weight_bits("mxfp4")
+    if moe.expert_bias:
+        extra_bits += (2 * (i_pad - inter) + (h_pad - hidden)) * 16
+    return math.ceil(counts.n_moe_layers * moe.n_experts * extra_bits / 8)
+
+
+@dataclass(frozen=True)
+class LoadedWeights:
+    """The weights one GPU holds as an engine loads them (bytes).
+
+    computed_bytes: ``weight_bytes`` of the parameter count; checkpoint_bytes: this GPU's share
+    of the published checkpoint when it is served in its own format (the total split as the
+    count splits: sharded components by tp, replicated ones whole), else None; padding_bytes:
+    what the engine adds to lay the format out for its kernels; basis: one line saying which.
+    """
+
+    computed_bytes: int
+    checkpoint_bytes: int | None
+    padding_bytes: int
+    basis: str
+
+    @property
+    def total_bytes(self) -> int:
+        """The weight term of the KV pool: the checkpoint where it applies, else the count,
+        plus the engine's padding."""
+        base = self.computed_bytes if self.checkpoint_bytes is None else self.checkpoint_bytes
+        return base + self.padding_bytes
+
+
+def loaded_weights(model: Any, weight_dtype: str | Mapping[str, str] = "bf16", tp: int = 1,
+                   gpu: str | None = None) -> LoadedWeights:
+    """The weights of ``model`` (a registry slug or a Model) on one of ``tp`` GPUs of kind
+    ``gpu`` (a slug of data/gpus.csv), as vLLM loads them: the published checkpoint's bytes when
+    ``weight_dtype`` is the checkpoint's own format, else the parameter count at that format;
+    plus Marlin's MXFP4 padding on GPUs without FP4 kernels."""
     from .model import Model
+    from .registry import load_model
 
-    if isinstance(model, Model):
-        key = (model.name, model.layers, json.dumps(dict(model.config), sort_keys=True,
-                                                    default=str))
-        if key not in _PARAMS_CACHE:
-            _PARAMS_CACHE[key] = _params_for(model)
-        return _PARAMS_CACHE[key]
-    return _params_for(model)
+    m = load_model(model) if isinstance(model, str) else model
+    if not isinstance(m, Model) or m.architecture is None:
+        raise ValueError(f"loaded_weights needs a registry slug or a Model read from a config, "
+                         f"got {model!r}")
+    counts = params_for(m)
+    computed = weight_bytes(counts, weight_dtype, tp)
+    padding = marlin_padding_bytes(counts, m.architecture, weight_dtype, tp, gpu)
+    ckpt = m.checkpoint
+    share = None
+    if ckpt is not None and _format_bits(ckpt.weight_format) == _format_bits(weight_dtype):
+        share = ckpt.total_size_bytes * computed // weight_bytes(counts, weight_dtype, 1)
+    basis = ("published checkpoint size" if share is not None
+             else f"parameter count at {_format_label(weight_dtype)}")
+    if padding:
+        basis += " + Marlin MXFP4 padding (no FP4 kernels on this GPU)"
+    return LoadedWeights(computed_bytes=computed, checkpoint_bytes=share, padding_bytes=padding,
+                         basis=basis)
 
 
-_PARAMS_CACHE: dict[tuple, ParamCounts] = {}
+def _format_label(weight_dtype: str | Mapping[str, str]) -> str:
+    if isinstance(weight_dtype, str):
+        return weight_dtype
+    return ", ".join(f"{k} {v}" for k, v in sorted(weight_dtype.items())) + ", rest bf16"
 
 
-def _params_for(model: Any) -> ParamCounts:
+def checkpoint_gap(model: Any) -> dict[str, Any]:
+    """The published checkpoint against the parameter count at the checkpoint's format, and why
+    they differ: ``computed_bytes``, ``checkpoint_bytes``, ``gap_bytes`` (checkpoint −
+    computed) and ``explanation``. KeyError when the registry has no checkpoint size."""
+    from .registry import load_model
+
+    m = load_model(model) if isinstance(model, str) else model
+    if m.checkpoint is None:
+        raise KeyError(f"{m.name}: the registry has no published checkpoint size")
+    fmt, counts, arch = m.checkpoint.weight_format, params_for(m), m.architecture
+    computed = weight_bytes(counts, fmt)
+    gap = m.checkpoint.total_size_bytes - computed
+    bits = _format_bits(fmt)
+    if gap == 0:
+        why = "the checkpoint holds exactly the counted parameters at the format's bits"
+    elif (arch.moe is not None and arch.moe.expert_bias and arch.hidden_size
+          and arch.moe.intermediate_size):
+        biases = (counts.n_moe_layers * counts.n_experts
+                  * (2 * arch.moe.intermediate_size + arch.hidden_size))
+        bias_gap = math.ceil(biases * (16 - bits["experts"]) / 8)
+        why = (f"the experts' {biases:,} bias values are stored in bf16, where the count prices "
+               f"every expert value at {bits['experts']:g} bits: {bias_gap:,} bytes")
+        if bias_gap != gap:
+            why += f"; {gap - bias_gap:,} bytes unexplained"
+    else:
+        why = f"{gap:,} bytes unexplained"
+    return {"model": m.name, "format": _format_label(fmt), "computed_bytes": computed,
+            "checkpoint_bytes": m.checkpoint.total_size_bytes, "gap_bytes": gap,
+            "explanation": why, "source": m.checkpoint.source}
+
+
+def params_for(model: Any) -> ParamCounts:
+    """Parameter counts for a registry slug, a ``Model`` or a config dict (memoized for slugs
+    and models)."""
     from .model import Model
-    from .registry import model_record, model_slugs
+    from .registry import load_model
 
     if isinstance(model, str):
-        record = model_record(model)
-        return count_params(record["config"], record.get("name", model))
+        model = load_model(model)
     if isinstance(model, Model):
-        for slug in model_slugs():
-            record = model_record(slug)
-            if record.get("name") != model.name:
-                continue
-            text, _ = _text_and_outer(record["config"])
-            if dict(text) == dict(model.config):
-                return count_params(record["config"], model.name)
-        if not model.config:
+        if model.architecture is None:
             raise ValueError(f"model {model.name!r} carries no config: parameter counts need "
                              "the config.json fields (build it with Model.from_hf_config)")
-        return count_params(model.config, model.name)
+        return _count_cached(model.architecture)
     if isinstance(model, Mapping):
         return count_params(model)
     raise TypeError(f"expected a registry slug, a Model or a config dict, got {type(model)!r}")
+
+
+@lru_cache(maxsize=256)
+def _count_cached(arch: Architecture) -> ParamCounts:
+    return count_architecture(arch)

@@ -20,17 +20,19 @@ token per head, or one per small block of elements — they are part of every to
   512 fp8 latent values, 4 fp32 scales (one per 128 values) and the 64 RoPE values kept in bf16
   (``deepseek-ai/FlashMLA`` README, "FP8 KV Cache").
 
-Everything is in bytes per GPU (``tp`` as in :mod:`kvlib.layers`); per-tensor constants are
-left out.
+A plain dtype is a format too (``plain``). Each layer kind turns a format into its bytes
+(:mod:`kvlib.layers`); :meth:`kvlib.Model.kv_bytes_per_token` and :meth:`kvlib.Model.kv_bytes`
+take a format wherever they take a dtype. Per-tensor constants are left out.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .layers import AttentionLayer, MLALayer
-from .model import Model
-from .units import dtype_bits
+from .units import DTYPE_BITS, dtype_bits
+
+if TYPE_CHECKING:
+    from .model import Model
 
 
 @dataclass(frozen=True)
@@ -69,15 +71,16 @@ class KVFormat:
             raise ValueError(f"KV format {self.name!r}: scales must be whole bytes")
 
     def data_bytes(self, n_elements: int, rope: bool = False) -> int:
-        """Bytes of the elements of one vector of ``n_elements`` (rounded up to a byte)."""
+        """Bytes of the elements of one vector of ``n_elements`` (rounded up to a byte; exact
+        integer arithmetic)."""
         bits = self.mla_rope_bits if (rope and self.mla_rope_bits) else self.bits
-        return math.ceil(n_elements * bits / 8)
+        return -(-n_elements * bits // 8)
 
     def scale_bytes(self, n_elements: int, rope: bool = False) -> int:
         """Bytes of scales stored with one vector of ``n_elements`` (0 for an unquantized part)."""
         if n_elements == 0 or (rope and self.mla_rope_bits):
             return 0
-        blocks = math.ceil(n_elements / self.block) if self.block else 0
+        blocks = -(-n_elements // self.block) if self.block else 0
         return (self.vector_scale_bits + blocks * self.block_scale_bits) // 8
 
     def vector_bytes(self, n_elements: int, rope: bool = False) -> int:
@@ -113,83 +116,24 @@ FORMATS: dict[str, KVFormat] = {
 }
 
 
+_PLAIN = {dtype: plain(dtype) for dtype in DTYPE_BITS}
+
+
 def kv_format(name: str | KVFormat) -> KVFormat:
-    """A format from :data:`FORMATS` by name, or a plain dtype name such as ``"fp16"``."""
+    """A format from :data:`FORMATS` by name, or a plain dtype name such as ``"fp16"``;
+    ValueError for anything else."""
     if isinstance(name, KVFormat):
         return name
-    if name in FORMATS:
+    if isinstance(name, str) and name in FORMATS:
         return FORMATS[name]
-    try:
-        return plain(name)
-    except ValueError:
-        raise KeyError(f"unknown KV format {name!r}; known: {', '.join(FORMATS)} "
-                       "or a dtype name") from None
-
-
-def _layer_bytes(layer: object, fmt: KVFormat, tp: int, part: str) -> int:
-    """Per-token bytes of one layer on one GPU: ``part`` is 'all', 'data' or 'scales'."""
-    pick = {"all": fmt.vector_bytes, "data": fmt.data_bytes, "scales": fmt.scale_bytes}[part]
-    if isinstance(layer, MLALayer):
-        layer.elements_per_token(tp)  # validates tp; the latent is replicated
-        if fmt.mla_rope_bits:
-            return pick(layer.kv_lora_rank) + pick(layer.rope_dim, rope=True)
-        return pick(layer.kv_lora_rank + layer.rope_dim)
-    if isinstance(layer, AttentionLayer):
-        if fmt.mla_only:
-            raise ValueError(f"KV format {fmt.name!r} stores MLA latents only; this model has "
-                             f"{layer.kind} attention layers")
-        heads = layer.elements_per_token(tp) // (layer.head_dim + (layer.v_head_dim
-                                                                   or layer.head_dim))
-        v_dim = layer.v_head_dim or layer.head_dim
-        return heads * (pick(layer.head_dim) + pick(v_dim))
-    layer.elements_per_token(tp)  # validates tp
-    return 0
-
-
-def kv_bytes_per_token(model: Model, fmt: str | KVFormat = "bf16", tp: int = 1,
-                       part: str = "all") -> int:
-    """Bytes one GPU adds per token in format ``fmt``, per-token scales included.
-
-    ``part="data"`` or ``"scales"`` splits the total. Constant recurrent state is excluded, as in
-    :meth:`kvlib.Model.kv_bytes_per_token`; for a plain dtype the two agree exactly.
-    """
-    fmt = kv_format(fmt)
-    if part not in ("all", "data", "scales"):
-        raise ValueError(f"part must be 'all', 'data' or 'scales', got {part!r}")
-    model._check_query_heads(tp)
-    return sum(_layer_bytes(layer, fmt, tp, part) for layer in model.layers)
-
-
-def kv_bytes(model: Model, n_tokens: int, fmt: str | KVFormat = "bf16", tp: int = 1,
-             state_dtype: str | None = None) -> int:
-    """Bytes one sequence of ``n_tokens`` holds on one GPU in format ``fmt``.
-
-    Sliding layers hold ``tokens_held(n_tokens)`` tokens; recurrent layers add their constant
-    state in ``state_dtype`` (default: the model's dtype — engines keep it unquantized).
-    """
-    fmt = kv_format(fmt)
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 0:
-        raise ValueError(f"n_tokens must be a non-negative integer, got {n_tokens!r}")
-    model._check_query_heads(tp)
-    per_token = sum(_layer_bytes(layer, fmt, tp, "all") * layer.tokens_held(n_tokens)
-                    for layer in model.layers)
-    return per_token + (model.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)
-
-
-def kv_elements_per_token(model: Model, tp: int = 1) -> int:
-    """Elements one GPU adds per token (K and V, or latent + RoPE key), before any dtype."""
-    model._check_query_heads(tp)
-    return sum(layer.elements_per_token(tp) for layer in model.layers)
-
-
-def kv_bytes_per_token_at_bits(model: Model, bits: float, tp: int = 1) -> float:
-    """Per-token bytes if every element took ``bits`` on average (e.g. DeepSeek-V2's "6 bits")."""
-    if not bits > 0:
-        raise ValueError(f"bits must be positive, got {bits!r}")
-    return kv_elements_per_token(model, tp) * bits / 8
+    if isinstance(name, str) and name in _PLAIN:
+        return _PLAIN[name]
+    raise ValueError(f"unknown dtype {name!r}, and no KV format has that name; known dtypes: "
+                     f"{', '.join(DTYPE_BITS)}; known formats: {', '.join(map(repr, FORMATS))}")
 
 
 def scale_overhead(model: Model, fmt: str | KVFormat, tp: int = 1) -> float:
-    """Share of the per-token bytes that are scales and zero points (0 for unscaled formats)."""
-    total = kv_bytes_per_token(model, fmt, tp)
-    return kv_bytes_per_token(model, fmt, tp, part="scales") / total if total else 0.0
+    """Share of a model's per-token bytes that are scales and zero points (0 for unscaled
+    formats)."""
+    total = model.kv_bytes_per_token(fmt, tp)
+    return model.kv_scale_bytes_per_token(fmt, tp) / total if total else 0.0

@@ -21,6 +21,8 @@ notes`` (all optional, empty = unused):
   (``misleading``, ``outdated``, ``unverifiable``...), recorded in data; the recomputed value
   and the automatic verdict are still reported.
 * ``computation = "unverifiable"`` — no primary source or inputs to recompute from.
+* ``expected_verdict`` — the verdict the book's prose explains for this claim; ``unexpected``
+  lists the claims whose recheck no longer gives it, and each chapter asserts there are none.
 
 The module itself is callable: ``kvlib.recheck("a01")`` is ``kvlib.recheck.recheck("a01")``.
 """
@@ -40,8 +42,10 @@ from typing import Any
 
 import pandas as pd
 
+from .checks import number
 from .cost import cost_per_million_tokens
 from .registry import data_dir, load_model
+from .tables import number_text
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 
 TB, TIB = 1000**4, 1024**4
@@ -55,7 +59,7 @@ UNVERIFIABLE = "unverifiable"
 REQUIRED_COLUMNS = ("id", "claim", "source", "section", "quantity", "claimed", "unit",
                     "computation", "inputs", "notes")
 OPTIONAL_COLUMNS = ("source_url", "cite", "tolerance", "alt_inputs", "per_gpu_factor",
-                    "verdict_override", "override_reason")
+                    "verdict_override", "override_reason", "expected_verdict")
 
 #: Byte units a claim may be stated in, and the unit a writer may have meant instead.
 BYTE_UNITS = {"bytes": 1, "KiB": KIB, "MiB": MIB, "GiB": GIB, "TiB": TIB,
@@ -199,10 +203,10 @@ def _arithmetic(expr: str, **names: Any) -> float:
 def _kv_bits_saving(model: str, baseline: str, bits: float, baseline_bits: float = 16) -> float:
     """Fraction of ``baseline``'s per-token KV saved when ``model`` stores ``bits`` per element
     on average and ``baseline`` ``baseline_bits`` (DeepSeek-V2's "6 bits on average")."""
-    from .quant import kv_bytes_per_token_at_bits
-
-    return 1 - (kv_bytes_per_token_at_bits(load_model(model), bits)
-                / kv_bytes_per_token_at_bits(load_model(baseline), baseline_bits))
+    bits, baseline_bits = (number(name, value, positive=True) for name, value in
+                           (("bits", bits), ("baseline_bits", baseline_bits)))
+    return 1 - (load_model(model).kv_elements_per_token() * bits
+                / (load_model(baseline).kv_elements_per_token() * baseline_bits))
 
 
 def _gqa_saving(model: str) -> float:
@@ -315,6 +319,39 @@ def _decode_speedup(model: str, gpu: str, batch_from: int, batch_to: int, contex
     return rates[1] / rates[0]
 
 
+def _prefix_trace_stat(stat: str, trace: str = "mooncake_conversation") -> float:
+    """A statistic of a stored trace (``data/traces``): ``requests``, ``mean_input_tokens``,
+    ``mean_output_tokens`` or ``hit_rate`` (vLLM semantics, unbounded cache; a fraction)."""
+    from .prefix import mooncake_conversation, replay_prefix_cache
+
+    traces = {"mooncake_conversation": mooncake_conversation}
+    if trace not in traces:
+        raise ValueError(f"unknown trace {trace!r}; one of {sorted(traces)}")
+    t = traces[trace]()
+    stats = {"requests": lambda: len(t), "mean_input_tokens": lambda: t.input_tokens.mean(),
+             "mean_output_tokens": lambda: t.output_tokens.mean(),  # type: ignore[union-attr]
+             "hit_rate": lambda: replay_prefix_cache(t, block_size=t.block_size).hit_rate}
+    if stat not in stats:
+        raise ValueError(f"unknown trace statistic {stat!r}; one of {sorted(stats)}")
+    return float(stats[stat]())
+
+
+def _prefix_hit_tokens(hash_ids: list, input_tokens: list, block_size: int,
+                       engine: str = "vllm") -> float:
+    """Tokens the last of these trace requests hits, replayed in order (``kvlib.prefix``)."""
+    from .prefix import BlockTrace, replay_prefix_cache
+
+    trace = BlockTrace.from_lists(hash_ids, input_tokens, block_size)
+    return float(replay_prefix_cache(trace, engine=engine, block_size=block_size).hit_tokens[-1])
+
+
+def _cached_discount(provider: str, model: str) -> float:
+    """1 − cached-input price ÷ input price (``data/cached_input_prices.csv``; a fraction)."""
+    from .prefix_cost import cached_share
+
+    return 1 - cached_share(provider, model)
+
+
 #: Computation name → function of the claim's inputs. Byte-valued ones return bytes, fractions
 #: are fractions (a claim in % is compared ×100), everything else is in the claim's unit.
 COMPUTATIONS: dict[str, Callable[..., float]] = {
@@ -343,6 +380,9 @@ COMPUTATIONS: dict[str, Callable[..., float]] = {
     "model_weight_bytes": _model_weight_bytes,
     "critical_batch": _critical_batch,
     "decode_speedup": _decode_speedup,
+    "prefix_trace_stat": _prefix_trace_stat,
+    "prefix_hit_tokens": _prefix_hit_tokens,
+    "cached_discount": _cached_discount,
 }
 
 
@@ -385,8 +425,9 @@ def _in_unit(value: float, unit: str) -> float:
     return value / unit_scale(unit)
 
 
-def _fmt(x: float) -> str:
-    return f"{x:,.4g}"
+def _fmt(x: float, significant: int = 4) -> str:
+    """A number for a reason line: ``significant`` digits, thousands separators, no exponent."""
+    return number_text(x, f"{{:,.{significant}g}}")
 
 
 def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | None = None,
@@ -420,7 +461,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
     if close(ours, tol):
         exact_in_slip = (slip is not None and ours != value
                          and math.isclose(_in_unit(recomputed_raw, slip), value))
-        note = f" (exactly {value:g} {slip}: the source computed in {slip})" if exact_in_slip else ""
+        note = (f" (exactly {_fmt(value, 6)} {slip}: the source computed in {slip})"
+                if exact_in_slip else "")
         return Verdict(value, ours, unit, "holds", f"{_fmt(ours)} {unit} rounds to the claim{note}",
                        "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
@@ -436,8 +478,8 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
             only = "" if kind == "unit slip" else "only "
             return Verdict(value, ours, unit, kind,
                            f"{_fmt(ours)} {unit} as stated; {_fmt(alt)} {only}{label}", kind, label)
-    return Verdict(value, ours, unit, "wrong", f"recomputed {_fmt(ours)} {unit}, not {value:g}",
-                   "wrong")
+    return Verdict(value, ours, unit, "wrong",
+                   f"recomputed {_fmt(ours)} {unit}, not {_fmt(value, 6)}", "wrong")
 
 
 # --- claims files --------------------------------------------------------------------------------
@@ -569,6 +611,9 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
         row = claim
     name = str(row["computation"]).strip()
     unit = str(row["unit"])
+    expected = str(row.get("expected_verdict", "") or "").strip()
+    if expected and expected not in VERDICTS:
+        raise ValueError(f"expected_verdict {expected!r} is not one of {', '.join(VERDICTS)}")
     if name == UNVERIFIABLE:
         why = (str(row.get("override_reason", "") or "").strip()
                or "no primary source or inputs to recompute it from")
@@ -583,8 +628,8 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
 
 #: Columns of ``recheck_all()``, in order.
 RESULT_COLUMNS = ("id", "claim", "source", "claimed", "recomputed", "unit", "verdict", "reason",
-                  "auto_verdict", "alternative", "section", "quantity", "computation", "file",
-                  "source_url", "cite", "notes")
+                  "auto_verdict", "alternative", "expected_verdict", "section", "quantity",
+                  "computation", "file", "source_url", "cite", "notes")
 
 
 def recheck_all(claims: pd.DataFrame | None = None,
@@ -623,6 +668,17 @@ def recheck_all(claims: pd.DataFrame | None = None,
     result["claimed"] = result["claimed"].astype(float)
     result["recomputed"] = result["recomputed"].astype(float)
     return result
+
+
+def unexpected(results: pd.DataFrame, require: bool = False) -> pd.DataFrame:
+    """The rows of ``recheck_all()`` whose verdict is not their ``expected_verdict`` (columns
+    id, claim, expected_verdict, verdict, reason); with ``require``, rows that have no expected
+    verdict too. Empty when the data and the prose agree."""
+    expected = results["expected_verdict"].fillna("").astype(str).str.strip()
+    wrong = (expected != "") & (results["verdict"] != expected)
+    if require:
+        wrong |= expected == ""
+    return results.loc[wrong, ["id", "claim", "expected_verdict", "verdict", "reason"]]
 
 
 def verdict_counts(results: pd.DataFrame) -> dict[str, int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pandas as pd
 
 from .data import data_dir, resolve_slug
 from .model import Model
+from .params import Checkpoint
 from .units import KIB
 
 
@@ -50,9 +52,20 @@ def model_record(slug: str) -> dict[str, Any]:
 
 
 def load_model(slug: str) -> Model:
-    """The Model for a registry slug, e.g. ``load_model("llama-3.1-8b")``."""
+    """The Model for a registry slug, e.g. ``load_model("llama-3.1-8b")``, with its published
+    checkpoint size where the record has one (``checkpoint.total_size_bytes``)."""
     record = model_record(slug)
-    return Model.from_hf_config(record["config"], name=record.get("name", slug))
+    model = Model.from_hf_config(record["config"], name=record.get("name", slug))
+    ckpt = record.get("checkpoint")
+    if ckpt is None:
+        return model
+    if not isinstance(ckpt, dict) or "total_size_bytes" not in ckpt or "format" not in ckpt:
+        raise ValueError(f"data/models/{slug}.json: 'checkpoint' needs total_size_bytes and "
+                         "format")
+    source = ckpt.get("source", {})
+    return replace(model, checkpoint=Checkpoint(
+        total_size_bytes=ckpt["total_size_bytes"], weight_format=ckpt["format"],
+        source=source.get("url", "") if isinstance(source, dict) else str(source)))
 
 
 def registry_table(dtype: str = "bf16") -> pd.DataFrame:

@@ -27,7 +27,6 @@ from .capacity import _resolve_gpu, _resolve_model
 from .checks import integer, number, positive_integer
 from .data import csv_path
 from .hardware import GPU, compute_dtype_for
-from .layers import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer
 from .model import Model
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
 
@@ -146,21 +145,11 @@ def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str]
 
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
-    2·heads·(d_k + d_v) per cached token per layer (windows capped; MLA in its absorbed
-    latent form, d_k = r + d_R, d_v = r); recurrent layers ≈ 4 FLOPs per state element."""
-    total = 0.0
-    heads = model.n_heads or 0
-    for layer in model.layers:
-        if isinstance(layer, AttentionLayer):
-            held = layer.tokens_held(context_tokens)
-            v = layer.v_head_dim or layer.head_dim
-            total += 2 * heads * (layer.head_dim + v) * held / tp
-        elif isinstance(layer, MLALayer):
-            mla_heads = int(model.config.get("num_attention_heads", heads) or 0)
-            total += 2 * mla_heads * (2 * layer.kv_lora_rank + layer.rope_dim) * context_tokens / tp
-        elif isinstance(layer, (Mamba2Layer, GatedDeltaNetLayer)):
-            total += 4 * layer.state_elements(tp)
-    return total
+    the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
+    d_v) per cached token, windows capped; MLA in its absorbed latent form, d_k = r + d_R,
+    d_v = r; recurrent layers ≈ 4 FLOPs per state element)."""
+    return sum(layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
+               for layer in model.layers)
 
 
 def _weight_format_bits_max(weight_dtype: str | Mapping[str, str]) -> float:

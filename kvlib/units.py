@@ -6,8 +6,6 @@ and the name of every helper says which one it uses.
 """
 from __future__ import annotations
 
-from .checks import integer
-
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
@@ -49,10 +47,10 @@ def dtype_bytes(dtype: str) -> float:
 
 
 def elements_to_bytes(n_elements: int, dtype: str) -> int:
-    """Bytes that ``n_elements`` values of ``dtype`` occupy, rounded up to whole bytes (integer
-    arithmetic: exact for any count)."""
-    bits = integer("element count", n_elements) * dtype_bits(dtype)
-    return -(-bits // 8)
+    """Bytes that ``n_elements`` values of ``dtype`` occupy, rounded up to whole bytes."""
+    if n_elements < 0:
+        raise ValueError(f"element count must be >= 0, got {n_elements}")
+    return -(-n_elements * dtype_bits(dtype) // 8)  # exact integer arithmetic
 
 
 def to_kib(n_bytes: float) -> float:

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from kvlib import answer, charts
+from kvlib.capacity import kv_pool
 from kvlib.cost import cost_per_million_tokens
 from kvlib.roofline import CALIBRATED, decode_step
 
@@ -54,6 +55,17 @@ def test_smallest_degree_that_holds_one_request():
     step = decode_step("llama-3.1-70b", "h100-sxm", batch=p.batch, context_tokens=8192, n_gpus=4)
     assert p.tokens_per_s == step.tokens_per_s
     assert math.isclose(p.dollars_per_million(3.0), cost_per_million_tokens(12.0, p.tokens_per_s))
+
+
+def test_gpt_oss_120b_needs_two_h100s_as_vllm_says():
+    # One H100 at utilization 0.9: vLLM logs "Available KV cache memory: -2.14 GiB" (vllm#23278)
+    # and fails to start even at 0.95 (vllm#27508). With the weights as vLLM loads them (the
+    # published checkpoint + Marlin's MXFP4 padding, 65.90 GiB) the pool is negative on one GPU.
+    one = kv_pool("gpt-oss-120b", "h100-sxm", weight_dtype={"experts": "mxfp4"})
+    assert one.available_kv_bytes < 0 and one.tokens == 0
+    assert "Marlin" in one.weights_basis
+    p = answer.serving_point("gpt-oss-120b", "h100-sxm", 8192)
+    assert p.n_gpus == 2
 
 
 def test_no_fit_and_unsplittable_degrees():

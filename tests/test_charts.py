@@ -1,5 +1,8 @@
-"""Tests for the generic chart builders in kvlib.charts."""
+"""kvlib.charts: the book's one chart module (theme, renderer, builders)."""
 from __future__ import annotations
+
+import json
+import math
 
 import pandas as pd
 import pytest
@@ -13,9 +16,6 @@ def test_stacked_bars_labels_and_order():
     chart = charts.stacked_bars(df, "system", "pct", "part", ["used", "free"], "share (%)")
     spec = chart.to_dict()
     rows = spec["datasets"][next(iter(spec["datasets"]))]
-    grouped = charts.stacked_bars(df.assign(src="paper"), "system", "pct", "part", ["used", "free"],
-                                  "share (%)", group="src").to_dict()
-    assert grouped["facet"]["column"]["field"] == "system"
     mids = {(r["system"], r["part"]): r["_mid"] for r in rows}
     assert mids == {("A", "used"): 10.0, ("A", "free"): 60.0, ("B", "used"): 48.0, ("B", "free"): 97.0}
     labels = {(r["system"], r["part"]): r["_label"] for r in rows}
@@ -24,13 +24,27 @@ def test_stacked_bars_labels_and_order():
         charts.stacked_bars(df, "system", "pct", "part", ["used"], "share (%)")
 
 
+def test_grouped_stacked_bars_sit_side_by_side_not_in_facets():
+    df = pd.DataFrame({"system": ["A"] * 4, "part": ["used", "free"] * 2, "pct": [20.0, 80.0] * 2,
+                       "src": ["paper", "paper", "sim", "sim"]})
+    spec = charts.stacked_bars(df, "system", "pct", "part", ["used", "free"], "share (%)",
+                               group="src").to_dict()
+    assert "facet" not in spec  # a facet could not stretch to the column's width
+    bars, _, names = spec["layer"]
+    assert bars["encoding"]["xOffset"]["field"] == "src"
+    assert names["encoding"]["text"]["field"] == "src"  # each bar says which group it is
+
+
 def test_heatmap_single_and_faceted():
     df = pd.DataFrame({"bs": [1, 16, 1, 16], "p": [0.0, 0.0, 0.3, 0.3], "v": [1.0, 0.9, 0.8, 0.7],
                        "panel": ["a", "a", "b", "b"]})
     single = charts.heatmap(df, "bs", "p", "v", "block size", "penalty", "relative", domain_mid=1.0)
     assert "layer" in single.to_dict()
     faceted = charts.heatmap(df, "bs", "p", "v", "block size", "penalty", "relative", facet="panel")
-    assert faceted.to_dict()["facet"]["column"]["field"] == "panel"
+    spec = faceted.to_dict()
+    assert spec["facet"]["field"] == "panel" and spec["columns"] == 2  # side by side
+    phone = spec["usermeta"]["kvlib_narrow"]
+    assert phone["columns"] == 1  # one above the other on a phone
 
 
 def test_lines_distinguish_gives_each_series_a_dash_and_a_shape():
@@ -44,15 +58,75 @@ def test_lines_distinguish_gives_each_series_a_dash_and_a_shape():
     assert point["encoding"]["shape"]["field"] == "model"
 
 
-def test_table_right_aligns_numbers_only():
-    df = pd.DataFrame({"name": ["a", "b"], "bytes": [1024, 2048], "ok": [True, False]})
-    html = charts.table(df, {"bytes": "{:,}"})._repr_html_()
-    assert "th.col_heading.col1" in html and "th.col_heading.col0" not in html
-    assert "_row0_col1, " in html and "_row0_col0," not in html and "col2 {" not in html
-    assert html == charts.table(df, {"bytes": "{:,}"})._repr_html_()  # reproducible
+def test_one_colour_per_attention_kind_in_every_chart():
+    a = pd.DataFrame({"model": ["x", "y"], "kib": [70.0, 320.0], "attention": ["MLA", "GQA"]})
+    b = pd.DataFrame({"model": ["x", "y", "z"], "kib": [70.0, 16.0, 9.0],
+                      "attention": ["MLA", "GQA+hybrid", "GQA+SWA"]})
+
+    def scale(spec):
+        enc = spec.get("encoding") or spec["layer"][0]["encoding"]
+        s = enc["color"]["scale"]
+        return dict(zip(s["domain"], s["range"]))
+
+    first = scale(charts.sorted_bars(a, "kib", "model", "KiB", color="attention").to_dict())
+    second = scale(charts.sorted_bars(b, "kib", "model", "KiB", color="attention").to_dict())
+    assert first["MLA"] == second["MLA"] == charts.KIND_COLOURS["MLA"]
+    assert len(set(charts.KIND_COLOURS[k] for k in ("MHA", "GQA", "MQA", "MLA", "GQA+SWA",
+                                                    "GQA+hybrid"))) == 6  # all different
+    assert charts.kind_colour("GQA+chunked") == charts.kind_colour("GQA+chunked")  # stable spare
+    # a column that is not attention kinds keeps the book's palette
+    other = charts.sorted_bars(a.assign(c=["p", "q"]), "kib", "model", "KiB", color="c").to_dict()
+    assert "scale" not in other["encoding"]["color"]
 
 
-def test_theme_keeps_legends_inside_the_text_column():
+def test_sorted_bars_log_scale_starts_below_the_smallest_bar():
+    df = pd.DataFrame({"model": ["a", "b"], "kib": [6.0, 2560.0]})
+    x = charts.sorted_bars(df, "kib", "model", "KiB", log=True).to_dict()["encoding"]["x"]
+    assert x["scale"]["type"] == "log" and x["scale"]["domainMin"] == 3.0  # half of 6 KiB
+    assert x["stack"] is None  # a stacked bar would start at 0, which a log axis cannot show
+
+
+def test_renderer_fits_single_charts_to_the_column():
+    df = pd.DataFrame({"x": [1, 2], "y": [3.0, 4.0], "s": ["a", "b"]})
+    spec = json.loads(_spec_text(charts.lines(df, "x", "y", "s", "x", "y")))
+    assert spec["width"] == "container"
+    assert spec["autosize"] == {"type": "fit-x", "contains": "padding", "resize": True}
+    # a faceted chart keeps its computed layout; its phone layout travels without shared data
+    hm = pd.DataFrame({"bs": [1, 16] * 2, "p": [0.0] * 4, "v": [1.0] * 4, "f": ["a", "a", "b", "b"]})
+    faceted = json.loads(_spec_text(charts.heatmap(hm, "bs", "p", "v", "b", "p", "v", facet="f")))
+    assert "width" not in faceted and faceted["usermeta"]["kvlib_narrow"]["datasets"] == {}
+
+
+def _spec_text(chart) -> str:
+    html = charts._render(chart.to_dict())["text/html"]
+    return html.split('data-target="')[1].split('">', 1)[1].rsplit("</script>", 1)[0]
+
+
+def test_theme_legends_wrap_to_the_container():
     config = charts._theme()["config"]
     assert config["legend"]["orient"] == "bottom"
-    assert config["view"]["continuousWidth"] + 80 < 670  # plot + y axis fit the column
+    assert "containerSize()" in config["legend"]["columns"]["expr"]
+    assert config["view"]["continuousWidth"] + 80 <= charts.COLUMN_WIDTH
+
+
+def test_versus_chart_drops_what_a_log_axis_cannot_show():
+    df = pd.DataFrame({"c": [1.0, 10.0, 0.0, -1.0, math.nan], "r": [1.1, 9.0, 1.0, 2.0, 3.0],
+                       "v": ["holds", "rounding", "holds", "wrong", "wrong"]})
+    spec = charts.versus_chart(df, "c", "r", "v", "claimed", "recomputed").to_dict()
+    points = [layer for layer in spec["layer"] if layer["mark"]["type"] == "point"][0]
+    data = spec["datasets"][points["data"]["name"]]
+    assert sorted(row["c"] for row in data) == [1.0, 10.0]
+    assert points["encoding"]["x"]["scale"]["type"] == "log"
+    assert [p["bind"] for p in spec["params"]] == ["legend"]  # click a verdict to filter
+    with pytest.raises(ValueError, match="no row"):
+        charts.versus_chart(pd.DataFrame({"c": [0.0], "r": [1.0], "v": ["x"]}), "c", "r", "v", "a", "b")
+
+
+def test_error_bars_clip_and_label_outliers():
+    df = pd.DataFrame({"row": ["a", "b"], "err": [5.0, 320.0], "kind": ["x", "y"]})
+    spec = charts.error_bars(df, "err", "row", "kind", "error (%)", limit=50).to_dict()
+    data = list(spec["datasets"].values())[0]
+    assert [r["_shown"] for r in data] == [5.0, 50.0]
+    assert [r["_note"] for r in data] == ["", "+320 %"]
+    with pytest.raises(KeyError):
+        charts.error_bars(df, "nope", "row", "kind", "t")

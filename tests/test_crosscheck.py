@@ -1,12 +1,16 @@
-"""kvlib against the cache objects transformers builds (a small, fast version of chapter 2's table).
+"""kvlib against the cache objects transformers builds: the measurement behind chapter 2's table.
 
-The measurement tests need torch 2.13.0 and transformers 5.24.0 (``pip install
-'kvlib[crosscheck]'``) and are skipped without them; models are cut to a few layers that keep
-every layer kind with its true geometry. The arithmetic of the conventions is tested without
-torch.
+The measurement runs here, once per test run: it needs torch 2.13.0 and transformers 5.24.0
+(``pip install 'kvlib[crosscheck]'``), is skipped without them, and must equal the committed
+``data/validation/crosscheck.csv`` that chapter 2 reads. Models are cut to a few layers that keep
+every layer kind with its true geometry. The arithmetic of the conventions, and the file against
+kvlib, are tested without torch.
 """
 from __future__ import annotations
 
+import os
+
+import pandas as pd
 import pytest
 
 import kvlib
@@ -59,43 +63,19 @@ def test_window_view_bytes():
     assert crosscheck.explain(kvlib.load_model("llama-3.1-8b"), 10) == "same layout"
 
 
-# --- measured against transformers -----------------------------------------------------------
+# --- the committed measurement ---------------------------------------------------------------
 
-#: slug → layers kept (every kind present), small enough to run in seconds
-SMALL = {
-    "llama-3.1-8b": 2,        # GQA
-    "llama-2-7b": 2,          # MHA
-    "falcon-7b": 2,           # MQA, RW config
-    "mistral-7b-v0.1": 2,     # all windowed (4,096)
-    "gemma-3-27b": 6,         # 5 local + 1 global, pattern by convention
-    "gpt-oss-20b": 2,         # 1 local (128) + 1 global
-    "deepseek-v3": 4,         # MLA (first layers dense, then MoE)
-    "qwen3.5-35b-a3b": 4,     # 3 Gated DeltaNet + 1 full
-    "nemotron-3-nano-30b-a3b": 7,  # Mamba-2, MoE, attention
-}
+def test_committed_measurement_matches_kvlib():
+    # no torch needed: every kvlib column of data/validation/crosscheck.csv is recomputed from the
+    # current registry and code; a change to either makes the file stale
+    table = crosscheck.load_table()
+    assert crosscheck.stale_rows(table) == []
+    assert set(table["slug"]) == set(crosscheck.CASES)
+    assert table["explained"].all()
 
 
-@pytest.fixture(scope="module")
-def table():
-    pytest.importorskip("torch")  # only these tests need torch and transformers
-    pytest.importorskip("transformers")
-    return crosscheck.cross_check_table(SMALL, token_counts=(1, 300, 5000), n_layers=SMALL)
-
-
-def test_every_measurement_is_explained(table):
-    assert len(table) == 3 * len(SMALL)
-    bad = table[~table["explained"]]
-    assert bad.empty, bad[["slug", "n_tokens", "transformers_bytes", "expected_bytes"]]
-
-
-def test_attention_layouts_agree_to_the_byte(table):
-    attention_only = table[~table["explanation"].str.contains("recurrent")]
-    assert set(attention_only["slug"]) == set(SMALL) - {"qwen3.5-35b-a3b", "nemotron-3-nano-30b-a3b"}
-    assert (attention_only["transformers_bytes"] == attention_only["kvlib_bytes"]).all()
-
-
-def test_known_values(table):
-    row = table.set_index(["slug", "n_tokens"])
+def test_known_values():
+    row = crosscheck.load_table().set_index(["slug", "n_tokens"])
     # Gemma-3 cut to 6 layers at 5,000 tokens: 1 global × 5,000 + 5 local × 1,023 tokens,
     # each 2 × 16 × 128 × 2 = 8,192 bytes
     assert row.loc[("gemma-3-27b", 5000), "transformers_bytes"] == (5000 + 5 * 1023) * 8192
@@ -105,6 +85,38 @@ def test_known_values(table):
     mistral = row.loc[("mistral-7b-v0.1", 5000)]
     assert mistral["transformers_bytes"] == 2 * 4095 * 128 * KIB // 32
     assert mistral["window_storage_bytes"] == 2 * 5000 * 128 * KIB // 32
+    # Llama-4 cut to 4 layers at 9,000 tokens: 3 chunked layers keep 8,191 tokens, the full one
+    # 9,000, each 2 × 8 × 128 × 2 = 4,096 bytes: exactly kvlib's bytes
+    llama4 = row.loc[("llama-4-scout-17b-16e-instruct", 9000)]
+    assert llama4["transformers_bytes"] == llama4["kvlib_bytes"] == (3 * 8191 + 9000) * 4096
+    # DeepSeek-V3.2, 2 layers, one token: latent 1,152 B + indexer key 128 × 2 B in bf16
+    # (kvlib and vLLM: 132 B in fp8 + scale)
+    ds32 = row.loc[("deepseek-v3.2", 1)]
+    assert (ds32["transformers_bytes"], ds32["kvlib_bytes"]) == (2 * (1152 + 256),
+                                                                 2 * (1152 + 132))
     # hybrids are larger in transformers (conv taps, fp32 state), never smaller
+    table = crosscheck.load_table()
     hybrid = table[table["explanation"].str.contains("recurrent")]
     assert (hybrid["ratio"] > 1).all()
+    attention_only = table[~table["explanation"].str.contains("recurrent|indexer")]
+    assert (attention_only["transformers_bytes"] == attention_only["kvlib_bytes"]).all()
+
+
+# --- measured against transformers (torch 2.13.0, transformers 5.24.0) ------------------------
+
+def test_measurement_equals_the_committed_file():
+    """Build every case in transformers on the meta device and measure its cache. The result
+    must equal data/validation/crosscheck.csv; KVLIB_UPDATE_CROSSCHECK=1 rewrites the file."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    measured = crosscheck.measured_table()
+    assert measured["explained"].all(), measured.loc[
+        ~measured["explained"], ["slug", "n_tokens", "transformers_bytes", "expected_bytes"]]
+    if os.environ.get("KVLIB_UPDATE_CROSSCHECK") == "1":
+        crosscheck.write_table(measured)
+    committed = crosscheck.load_table()
+    columns = ["slug", "n_tokens", "layers", "transformers_bytes", "kvlib_bytes",
+               "expected_bytes", "window_storage_bytes", "expected_window_storage_bytes",
+               "explanation", "torch", "transformers"]
+    pd.testing.assert_frame_equal(measured[columns].reset_index(drop=True),
+                                  committed[columns].reset_index(drop=True), check_dtype=False)

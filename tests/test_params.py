@@ -6,7 +6,8 @@ import json
 import pytest
 
 import kvlib
-from kvlib.params import (ParamCounts, count_params, params_for, weight_bits, weight_bytes)
+from kvlib.params import (ParamCounts, checkpoint_gap, count_params, loaded_weights, params_for,
+                          weight_bits, weight_bytes)
 from kvlib.registry import model_record, model_slugs
 from kvlib.units import GIB
 
@@ -26,6 +27,11 @@ PUBLISHED_ERROR = {
     "qwen3-30b-a3b": 0.0177, "qwen3-32b": 0.0238, "qwen3-8b": 0.0238,
     "qwen3-coder-480b-a35b": 0.0003, "qwen3-next-80b-a3b": -0.0041, "qwen3.5-27b": -0.0039,
     "qwen3.5-35b-a3b": -0.0097,
+    # Jamba-v0.1 against AI21's "52B" (the Mamba-1 mixers, 16 MoE layers of 16 experts);
+    # Llama-4 Scout against "~109B" (which includes its vision tower); Falcon-Mamba's "7B" and
+    # BLOOM's "176B" are nominal
+    "jamba-v0.1": -0.0083, "falcon-mamba-7b": 0.0390, "llama-4-scout-17b-16e-instruct": -0.0208,
+    "bloomz-mt": 0.0014,
 }
 
 
@@ -139,3 +145,39 @@ def test_counts_are_a_dataclass_of_components():
     assert p.total == 6_738_415_616
     assert weight_bytes(p, "int4") / GIB < weight_bytes(p, "int4-g128-zp") / GIB
     json.dumps(dict(p.components))
+
+
+# --- weights as engines load them -------------------------------------------------------------
+
+def test_bf16_checkpoints_equal_the_count():
+    # model.safetensors.index.json total_size = 2 bytes × every counted parameter
+    for slug in ("llama-3.1-70b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b"):
+        gap = checkpoint_gap(slug)
+        assert gap["gap_bytes"] == 0 and gap["checkpoint_bytes"] == 2 * params_for(slug).total
+    with pytest.raises(KeyError, match="no published checkpoint size"):
+        checkpoint_gap("llama-3.1-8b")
+
+
+def test_gpt_oss_checkpoint_gap_is_its_bf16_expert_biases():
+    # 36 layers × 128 experts × (2 × 2,880 + 2,880) = 39,813,120 bias values, stored in bf16 but
+    # counted at mxfp4's 4.25 bits: 39,813,120 × (16 − 4.25) / 8 = 58,475,520 bytes
+    gap = checkpoint_gap("gpt-oss-120b")
+    assert gap["checkpoint_bytes"] == 65_248_815_744
+    assert gap["gap_bytes"] == 58_475_520 and "unexplained" not in gap["explanation"]
+
+
+def test_gpt_oss_120b_loads_padded_on_an_h100():
+    # Marlin pads each expert to I' = 2,944 (2,880 → ×128) and H' = 3,072 (2,880 → ×256):
+    # per expert 3 × (3,072 × 2,944 − 2,880²) = 2,248,704 more values × 4.25 bits + the bf16
+    # biases' (2 × 64 + 192) × 16 bits = 9,562,112 bits; × 36 × 128 experts / 8 = 5,507,776,512 B
+    w = loaded_weights("gpt-oss-120b", {"experts": "mxfp4"}, tp=1, gpu="h100-sxm")
+    assert w.checkpoint_bytes == 65_248_815_744 and w.padding_bytes == 5_507_776_512
+    # 70,756,592,256 B = 65.90 GiB; vLLM logs 65.97 GiB with Marlin (vllm#23278, el06)
+    assert round(w.total_bytes / GIB, 2) == 65.90
+    # a B200 runs MXFP4 natively: the checkpoint as published
+    assert loaded_weights("gpt-oss-120b", {"experts": "mxfp4"}, 1, "b200").total_bytes == (
+        65_248_815_744)
+    # another format than the checkpoint's: the count
+    bf16 = loaded_weights("gpt-oss-120b", "bf16", 1, "h100-sxm")
+    assert bf16.checkpoint_bytes is None and bf16.total_bytes == weight_bytes(
+        params_for("gpt-oss-120b"), "bf16")

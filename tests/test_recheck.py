@@ -210,6 +210,7 @@ BAD_ROWS = {
                                  inputs=json.dumps({"model": "llama-9-9b"}))),
     "b8": ("must be a JSON object", _row(id="b8", inputs="[1, 2]")),
     "b9": ("zero", _row(id="b9", inputs=json.dumps({"numerator": 1, "denominator": 0}))),
+    "b10": ("expected_verdict", _row(id="b10", expected_verdict="fine")),
 }
 
 
@@ -250,6 +251,17 @@ def test_recheck_all_accepts_a_frame():
     assert out["verdict"].tolist() == ["holds", "wrong"]
 
 
+def test_unexpected_lists_claims_whose_verdict_is_not_the_expected_one():
+    frame = pd.DataFrame([_row(id="u1", expected_verdict="holds"),  # 1/1 = 1: holds
+                          _row(id="u2", claimed="3", expected_verdict="holds"),  # 1 ≠ 3: wrong
+                          _row(id="u3")])  # no expectation
+    out = recheck.recheck_all(frame)
+    assert recheck.unexpected(out)["id"].tolist() == ["u2"]
+    assert recheck.unexpected(out, require=True)["id"].tolist() == ["u2", "u3"]
+    assert list(recheck.unexpected(out).columns) == ["id", "claim", "expected_verdict", "verdict",
+                                                     "reason"]
+
+
 def test_a_reader_can_add_a_row_and_rerun(tmp_path):
     (tmp_path / "mine.csv").write_text(
         HEADER + "\nr1,my claim,me,,,7.31,USD/1M tokens,usd_per_million_tokens,"
@@ -278,6 +290,14 @@ def test_every_book_claim_evaluates(results):
     assert results["id"].is_unique
     assert (results["reason"].str.len() > 0).all()
     assert not results["reason"].str.contains("\n").any(), "reasons are one line"
+
+
+def test_book_claims_give_the_verdicts_the_prose_explains(results):
+    """Every chapter's claims file states the verdict its chapter explains (expected_verdict)."""
+    chapters = results[results["file"].str.startswith("ch")]
+    assert (chapters["expected_verdict"] != "").all()
+    surprises = recheck.unexpected(results)
+    assert surprises.empty, surprises.to_string()
 
 
 def test_claims_files_follow_the_id_prefixes(results):

@@ -2,7 +2,8 @@
 
 TP rules follow vLLM: KV heads split, or replicated once tp exceeds them (QKVParallelLinear);
 MLA latent replicated; query heads, Mamba-2 heads and Gated DeltaNet heads must divide tp;
-Mamba-2 groups divide tp or are a single replicated group. Formats: see kvlib.quant.
+Mamba-2 groups divide tp or are a single replicated group. Formats: see kvlib.quant; a plain dtype
+is one format among them, and every layer kind prices every format (kvlib.layers).
 """
 from __future__ import annotations
 
@@ -130,14 +131,15 @@ LLAMA8 = "llama-3.1-8b"  # 32 layers × 8 KV heads × head dim 128
     ("fp16", 131_072), ("fp32", 262_144),             # plain dtypes
 ])
 def test_bytes_per_token_by_format(fmt, expected):
-    assert quant.kv_bytes_per_token(kvlib.load_model(LLAMA8), fmt) == expected
+    assert kvlib.load_model(LLAMA8).kv_bytes_per_token(fmt) == expected
 
 
 def test_scale_split_and_overhead():
     m = kvlib.load_model(LLAMA8)
     # int8: 2,048 of 67,584 bytes are scale + zero point: 32 × 8 × 2 × 4
-    assert quant.kv_bytes_per_token(m, "int8 (LMDeploy, per token-head)", part="scales") == 2_048
-    assert quant.kv_bytes_per_token(m, "int8 (LMDeploy, per token-head)", part="data") == 65_536
+    int8 = "int8 (LMDeploy, per token-head)"
+    assert m.kv_scale_bytes_per_token(int8) == 2_048
+    assert m.kv_bytes_per_token(int8) - m.kv_scale_bytes_per_token(int8) == 65_536
     assert quant.scale_overhead(m, "int8 (LMDeploy, per token-head)") == pytest.approx(4 / 132)
     # NVFP4: 0.5 scale bits per 4 data bits → 1/9 of the bytes
     assert quant.scale_overhead(m, "nvfp4 (block of 16, fp8 scale)") == pytest.approx(1 / 9)
@@ -148,61 +150,70 @@ def test_flashmla_fp8_layout():
     # FlashMLA README: 512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 512 + 16 + 128 = 656 bytes
     fmt = quant.FORMATS["fp8 FlashMLA (DeepSeek-V3.2)"]
     mla = kvlib.model_from_layers("mla", [MLALayer(512, 64)])
-    assert quant.kv_bytes_per_token(mla, fmt) == 656
-    assert quant.kv_bytes_per_token(kvlib.load_model("deepseek-v3"), fmt) == 61 * 656 == 40_016
+    assert mla.kv_bytes_per_token(fmt) == 656
+    # scales: 4 fp32 scales of the 512 latent values = 16 bytes; the bf16 RoPE part has none
+    assert mla.kv_scale_bytes_per_token(fmt) == 16
+    assert kvlib.load_model("deepseek-v3").kv_bytes_per_token(fmt) == 61 * 656 == 40_016
     with pytest.raises(ValueError, match="MLA latents only"):
-        quant.kv_bytes_per_token(kvlib.load_model(LLAMA8), fmt)
+        kvlib.load_model(LLAMA8).kv_bytes_per_token(fmt)
 
 
 def test_generic_formats_on_mla():
     # vLLM fp8 on DeepSeek-V3: 61 × 576 × 1 byte; NVFP4: 61 × (288 + 36 blocks × 1 byte)
     ds3 = kvlib.load_model("deepseek-v3")
-    assert quant.kv_bytes_per_token(ds3, "fp8 (vLLM, per-tensor scale)") == 61 * 576
-    assert quant.kv_bytes_per_token(ds3, "nvfp4 (block of 16, fp8 scale)") == 61 * (288 + 36)
+    assert ds3.kv_bytes_per_token("fp8 (vLLM, per-tensor scale)") == 61 * 576
+    assert ds3.kv_bytes_per_token("nvfp4 (block of 16, fp8 scale)") == 61 * (288 + 36)
 
 
 def test_formats_with_tp_and_windows():
     # int8, Llama-3.1-8B, tp=4: 2 heads per GPU → 67,584 / 4 = 16,896
     m = kvlib.load_model(LLAMA8)
-    assert quant.kv_bytes_per_token(m, "int8 (LMDeploy, per token-head)", tp=4) == 16_896
+    assert m.kv_bytes_per_token("int8 (LMDeploy, per token-head)", tp=4) == 16_896
     # gpt-oss-20b int4, 1,000 tokens: 12 × 127 + 12 × 1,000 tokens × 8 heads × 2 × (32 + 4)
     oss = kvlib.load_model("gpt-oss-20b")
-    assert quant.kv_bytes(oss, 1000, "int4 (LMDeploy, per token-head)") == (
+    assert oss.kv_bytes(1000, "int4 (LMDeploy, per token-head)") == (
         (12 * 127 + 12 * 1000) * 8 * 2 * 36)
     # recurrent state stays in the model dtype: Qwen3.5-35B-A3B, fp8 cache of one token
     q35 = kvlib.load_model("qwen3.5-35b-a3b")
-    assert quant.kv_bytes(q35, 1, "fp8 (vLLM, per-tensor scale)") == 10_240 + q35.state_bytes()
+    assert q35.kv_bytes(1, "fp8 (vLLM, per-tensor scale)") == 10_240 + q35.state_bytes()
 
 
 def test_deepseek_v2_six_bits():
     # DeepSeek-V2 at 6 bits: 60 × 576 × 6 / 8 = 25,920; DeepSeek 67B bf16: 95 × 2048 × 2 = 389,120
     v2, ds67 = kvlib.load_model("deepseek-v2"), kvlib.load_model("deepseek-67b")
-    assert quant.kv_bytes_per_token_at_bits(v2, 6) == 25_920
-    assert quant.kv_bytes_per_token_at_bits(ds67, 16) == 389_120
+    assert v2.kv_bytes_per_token(quant.KVFormat("6 bits on average", bits=6)) == 25_920
+    assert v2.kv_elements_per_token() == 60 * 576
+    assert ds67.kv_bytes_per_token("bf16") == 389_120
     assert 1 - 25_920 / 389_120 == pytest.approx(0.9334, abs=5e-5)  # the paper's "93.3 %"
 
 
 def test_bad_formats():
     m = kvlib.load_model(LLAMA8)
-    with pytest.raises(KeyError, match="unknown KV format 'int3'"):
-        quant.kv_bytes_per_token(m, "int3")
-    with pytest.raises(ValueError, match="part"):
-        quant.kv_bytes_per_token(m, "bf16", part="everything")
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        m.kv_bytes_per_token("int3")
+    with pytest.raises(ValueError, match="no KV format has that name"):
+        m.kv_bytes(10, ["bf16"])
     with pytest.raises(ValueError, match="whole bytes"):
         quant.KVFormat("odd", bits=4, vector_scale_bits=3)
     with pytest.raises(ValueError, match="bits must be positive"):
         quant.KVFormat("none", bits=0)
-    with pytest.raises(ValueError, match="bits must be positive"):
-        quant.kv_bytes_per_token_at_bits(m, 0)
 
 
 @pytest.mark.parametrize("slug", kvlib.model_slugs())
-def test_plain_dtype_format_equals_model_arithmetic(slug):
+def test_plain_dtype_is_the_unscaled_format(slug):
+    # a dtype name and its KVFormat are the same format: bytes = elements × bits / 8, no scales
+    # (DeepSeek-V3.2's indexer keys keep vLLM's own fp8 layout, 132 B per layer, in any format)
     m = kvlib.load_model(slug)
+    fixed = [layer for layer in m.layers if layer.cache_kind == "indexer"]
+    fixed_bytes = sum(layer.bytes_per_token() for layer in fixed)
     for dtype in ("bf16", "fp8", "int4"):
-        assert quant.kv_bytes_per_token(m, dtype) == m.kv_bytes_per_token(dtype)
-        assert quant.kv_bytes(m, 5000, dtype, state_dtype="bf16") == m.kv_bytes(
-            5000, dtype, state_dtype="bf16")
+        fmt = quant.plain(dtype)
+        assert m.kv_bytes_per_token(fmt) == m.kv_bytes_per_token(dtype)
+        elements = m.kv_elements_per_token() - sum(layer.elements_per_token() for layer in fixed)
+        assert m.kv_bytes_per_token(dtype) - fixed_bytes == elements * fmt.bits // 8
+        assert m.kv_scale_bytes_per_token(dtype) == 4 * len(fixed)
+        assert m.kv_bytes(5000, fmt, state_dtype="bf16") == m.kv_bytes(5000, dtype,
+                                                                        state_dtype="bf16")
 
 
 @settings(max_examples=100, deadline=None)
@@ -212,8 +223,8 @@ def test_scales_never_shrink_a_format(kv_heads, head_dim, layers):
     for fmt in quant.FORMATS.values():
         if fmt.mla_only:
             continue
-        data = quant.kv_bytes_per_token(m, fmt, part="data")
-        assert quant.kv_bytes_per_token(m, fmt) >= data == m.kv_bytes_per_token("int8") * fmt.bits // 8
+        data = m.kv_bytes_per_token(fmt) - m.kv_scale_bytes_per_token(fmt)
+        assert m.kv_bytes_per_token(fmt) >= data == m.kv_bytes_per_token("int8") * fmt.bits // 8
 
 
 # --- Gemma-3's layer pattern (the registry model added with this chapter) ------------------

@@ -1,4 +1,4 @@
-// Sort and filter the tables kvlib.report.interactive_table emitted: click a header to sort
+// Sort and filter the tables kvlib.tables.table emitted: click a header to sort
 // (numbers by value, text alphabetically; click again to reverse), type in the box or pick a
 // value in a drop-down to filter rows. No kernel, no network; without JS the table is static.
 (function () {

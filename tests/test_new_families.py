@@ -1,0 +1,264 @@
+"""New layer kinds and spellings: Jamba, Falcon-H1, Granite-4.0-H, Falcon-Mamba, Llama-4's chunked
+attention, DeepSeek-V3.2's indexer keys and BLOOM's ``n_embed``.
+
+Each family's per-token bytes, state bytes and hybrid page size are written out by hand from its
+config (arithmetic in the comments), then checked against vLLM 0.33's own spec classes
+(``vllm/v1/kv_cache_interface.py``) and state-shape calculator
+(``vllm/model_executor/layers/mamba/mamba_utils.py``), fed the config fields as vLLM's model
+files read them (skipped where vllm is not installed).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import kvlib
+from kvlib import Model
+from kvlib.capacity import _group_layout, cache_groups, kv_pool
+
+#: Falcon-H1-7B-Instruct (tiiuae): attention and Mamba-2 in parallel in every layer. Not in the
+#: registry: no complete copy of its config.json was found. These are the fields kvlib reads, as
+#: two public copies of the published config give them (GitHub code index ids 65865534003 and
+#: 70958236989, the latter quoting mlx-community/Falcon-H1-7B-Instruct-4bit's config.json).
+FALCON_H1_7B = {
+    "model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_layers": 44,
+    "num_attention_heads": 12, "num_key_value_heads": 2, "head_dim": 128,
+    "intermediate_size": 12288, "vocab_size": 130048, "tie_word_embeddings": False,
+    "mamba_d_state": 256, "mamba_n_groups": 1, "mamba_n_heads": 24, "mamba_d_head": 128,
+    "mamba_d_ssm": 3072, "mamba_expand": 2, "mamba_d_conv": 4, "mamba_chunk_size": 128,
+    "max_position_embeddings": 262144, "torch_dtype": "bfloat16",
+}
+#: A config shaped like IBM Granite-4.0-H-Small (granitemoehybrid), not in the registry: only
+#: trimmed copies of its config.json were found. The geometry (40 layers, 4 of them attention
+#: with 8 KV heads of 128; Mamba-2 with 128 heads of 64, one group, state 128, conv 4,
+#: expand 2, hidden 4096) is the one vLLM sizes to "Setting attention block size to 528
+#: tokens" in vLLM PR #37467 (see /work/brief/research-10.md §3); the positions of the four
+#: attention layers are illustrative (only their count sets the cache).
+GRANITE_H_SMALL = {
+    "model_type": "granitemoehybrid", "hidden_size": 4096, "num_hidden_layers": 40,
+    "num_attention_heads": 32, "num_key_value_heads": 8,
+    "layer_types": (["mamba"] * 9 + ["attention"]) * 4,
+    "mamba_n_heads": 128, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 128,
+    "mamba_d_conv": 4, "mamba_expand": 2, "torch_dtype": "bfloat16",
+}
+
+
+def _hybrid_block(state_page: int, attn_page_1: int, align: int = 16) -> int:
+    """vLLM's hybrid rule (platforms/interface.py ``_align_hybrid_block_size``): the smallest
+    multiple of the kernel alignment (16) whose attention page holds one state page."""
+    return align * math.ceil(state_page / (align * attn_page_1))
+
+
+# --- by hand, from each config ----------------------------------------------------------------
+
+def test_jamba_periodic_attention_and_mamba1():
+    # Jamba-v0.1: attention where i % 8 == 4 → layers 4, 12, 20, 28; Mamba-1 elsewhere (28)
+    m = kvlib.load_model("jamba-v0.1")
+    assert m.layer_counts() == {"full": 4, "mamba1": 28} and m.attention == "GQA+hybrid"
+    assert [i for i, lay in enumerate(m.layers) if lay.kind == "full"] == [4, 12, 20, 28]
+    # per token: 4 layers × 2 × 8 KV heads × 128 × 2 B = 16,384 (not 32 layers' 131,072)
+    assert m.kv_bytes_per_token() == 16_384
+    # Mamba-1 state, d_inner = mamba_expand 2 × hidden 4,096 = 8,192, bf16:
+    # conv (4 − 1) × 8,192 × 2 = 49,152 + SSM 8,192 × 16 × 2 = 262,144 → 311,296 per layer
+    assert m.layers[0].state_bytes(1, "bf16") == 311_296
+    assert m.state_bytes() == 28 * 311_296 == 8_716_288
+    # block: 16 × ceil(311,296 / (16 × 4,096)) = 16 × 5 = 80 tokens; page 80 × 4,096 = 327,680
+    groups = cache_groups(m)
+    assert {g.kind: (g.block_size, g.page_bytes) for g in groups} == {
+        "full": (80, 327_680), "state": (None, 327_680)}
+    # 4 attention + 28 state layers: groups of 4 → 1 + 7 = 8 groups
+    assert _group_layout(groups)[:2] == (4, 8)
+    # experts on the odd layers (expert_layer_period 2, offset 1): 16 MoE layers of 16 experts
+    p = kvlib.params_for("jamba-v0.1")
+    assert (p.n_moe_layers, p.n_experts, p.experts_per_token) == (16, 16, 2)
+
+
+def test_falcon_mamba_is_sized_as_state_only():
+    # 64 Mamba-1 layers, d_inner = intermediate_size 8,192, state 16, conv 4, bf16:
+    # 311,296 B per layer (as Jamba's) × 64 = 19,922,944 B per sequence, at any length
+    m = kvlib.load_model("falcon-mamba-7b")
+    assert m.attention == "SSM" and m.layer_counts() == {"mamba1": 64}
+    assert m.kv_bytes_per_token() == 0
+    assert m.kv_bytes(1) == m.kv_bytes(1_000_000) == 64 * 311_296 == 19_922_944
+    # one page holds one sequence's state in one layer; a request needs one block
+    pool = kv_pool("falcon-mamba-7b", "h100-sxm")
+    assert pool.n_groups == 1 and pool.block_bytes == 64 * 311_296
+    assert pool.tokens == 0 and pool.max_concurrency(131_072) == pool.num_blocks
+
+
+def test_falcon_h1_parallel_hybrid():
+    m = Model.from_hf_config(FALCON_H1_7B, name="Falcon-H1-7B")
+    assert m.n_layers == 44 and m.layer_counts() == {"full": 44, "mamba2": 44}
+    # per token: 44 × 2 × 2 KV heads × 128 × 2 B = 45,056
+    assert m.kv_bytes_per_token() == 45_056
+    # Mamba-2 per layer: conv 3 × (3,072 + 2 × 1 × 256) × 2 = 21,504;
+    # SSM 24 heads × 128 × 256 × 2 = 1,572,864 → 1,594,368 B; × 44 = 70,152,192
+    assert m.state_bytes() == 44 * 1_594_368 == 70_152_192
+    # block 16 × ceil(1,594,368 / (16 × 1,024)) = 16 × 98 = 1,568; page 1,568 × 1,024
+    groups = cache_groups(m)
+    assert {g.kind: (g.block_size, g.page_bytes) for g in groups} == {
+        "full": (1568, 1_605_632), "state": (None, 1_605_632)}
+    assert _group_layout(groups)[:2] == (44, 2)
+
+
+def test_granite_4_h_spelling():
+    m = Model.from_hf_config(GRANITE_H_SMALL, name="Granite-4.0-H-Small shape")
+    assert m.layer_counts() == {"mamba2": 36, "full": 4}
+    assert m.kv_bytes_per_token() == 4 * 2 * 8 * 128 * 2 == 16_384
+    # conv 3 × (8,192 + 2 × 1 × 128) × 2 = 50,688; SSM 128 × 64 × 128 × 2 = 2,097,152
+    assert m.layers[0].state_bytes(1, "bf16") == 2_147_840
+    # block 16 × ceil(2,147,840 / (16 × 4,096)) = 16 × 33 = 528 (vLLM PR #37467 logs 528)
+    full = next(g for g in cache_groups(m) if g.kind == "full")
+    assert (full.block_size, full.page_bytes) == (528, 528 * 4_096)
+
+
+def test_llama4_chunked_attention():
+    # 48 layers, 8 KV heads × 128: 4,096 B per token per layer; every 4th layer NoPE (full),
+    # the other 36 chunked at 8,192 tokens
+    m = kvlib.load_model("llama-4-scout-17b-16e-instruct")
+    assert m.layer_counts() == {"chunked": 36, "full": 12} and m.attention == "GQA+chunked"
+    assert [i for i, lay in enumerate(m.layers) if lay.kind == "full"][:3] == [3, 7, 11]
+    assert m.kv_bytes_per_token() == 48 * 4_096 == 196_608
+    # at 131,072 tokens: 12 × 4,096 × 131,072 + 36 × 4,096 × 8,191 = 7,650,263,040 B (7.65 GB),
+    # not 48 × 4,096 × 131,072 = 24 GiB
+    assert m.kv_bytes(131_072) == 12 * 4096 * 131_072 + 36 * 4096 * 8191 == 7_650_263_040
+    # vLLM ChunkedLocalAttentionSpec: ceil(min(8,192 + 8,192, L) / 16) = 1,024 pages per layer
+    pool = kv_pool("llama-4-scout-17b-16e-instruct", "h200", n_gpus=8)
+    chunked = next(g for g in pool.groups if g.kind == "chunked")
+    assert chunked.pages_per_request(131_072, 8192) == 1_024
+    # 12 full + 36 chunked → groups of 12: 1 full + 3 chunked; a 128K request needs
+    # 8,192 + 3 × 1,024 = 11,264 blocks
+    assert (pool.layers_per_group, pool.n_groups) == (12, 4)
+    assert pool.blocks_per_request(131_072) == 11_264
+
+
+def test_deepseek_v32_indexer_keys():
+    # per layer: MLA latent 576 × 2 = 1,152 B + indexer keys 128 fp8 + 4 B scale = 132 B
+    m = kvlib.load_model("deepseek-v3.2")
+    assert m.n_layers == 61 and m.layer_counts() == {"mla": 61, "indexer": 61}
+    assert m.kv_bytes_per_token("bf16") == 61 * (1_152 + 132) == 78_324
+    # FlashMLA fp8 (656 B) + indexer: 61 × 788 = 48,068
+    assert m.kv_bytes_per_token("fp8 FlashMLA (DeepSeek-V3.2)") == 61 * (656 + 132) == 48_068
+    # one vLLM group (UniformTypeKVCacheSpecs): a block of 16 tokens costs the sum of the pages,
+    # 61 × 16 × (1,152 + 132) = 1,253,184 B; a request needs ceil(L / 16) blocks
+    pool = kv_pool("deepseek-v3.2", "h200", n_gpus=8, weight_dtype="fp8")
+    assert (pool.n_groups, pool.block_bytes) == (1, 1_253_184)
+    assert pool.blocks_per_request(32_768) == 2_048
+
+
+def test_bloom_n_embed_spelling():
+    # BLOOM: hidden in n_embed (14,336), 112 heads → head dim 128, MHA, 70 layers:
+    # 2 × 70 × 112 × 128 × 2 = 4,014,080 B per token
+    m = kvlib.load_model("bloomz-mt")
+    assert m.attention == "MHA" and m.kv_bytes_per_token() == 4_014_080
+    # LayerNorms with biases, an embedding norm, a 4 × hidden GELU MLP with biases:
+    # 12·h² per layer ≈ 2.47e9 × 70 + 250,880 × 14,336 embeddings ≈ 176.2e9
+    assert round(kvlib.params_for("bloomz-mt").total / 1e9, 1) == 176.2
+
+
+# --- against vLLM's own spec classes ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vllm_specs():
+    """vLLM 0.33's spec classes and Mamba state-shape calculator (CPU, no model built)."""
+    pytest.importorskip("vllm")
+    torch = pytest.importorskip("torch")
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+    from vllm.v1.kv_cache_interface import (ChunkedLocalAttentionSpec, FullAttentionSpec,
+                                            MambaSpec, MLAAttentionSpec,
+                                            UniformTypeKVCacheSpecs)
+    return {"torch": torch, "shapes": MambaStateShapeCalculator, "full": FullAttentionSpec,
+            "mamba": MambaSpec, "mla": MLAAttentionSpec, "chunked": ChunkedLocalAttentionSpec,
+            "uniform": UniformTypeKVCacheSpecs}
+
+
+def _vllm_attention_page_1(v, kv_heads: int, head_dim: int, tp: int) -> int:
+    # ModelConfig.get_num_kv_heads: max(1, K // tp)
+    return v["full"](block_size=1, num_kv_heads=max(1, kv_heads // tp), head_size=head_dim,
+                     dtype=v["torch"].bfloat16).page_size_bytes
+
+
+def _vllm_state_page(v, shapes) -> int:
+    bf16 = v["torch"].bfloat16
+    return v["mamba"](block_size=1, shapes=shapes, dtypes=(bf16, bf16)).page_size_bytes
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_jamba_against_vllm(vllm_specs, tp):
+    v, cfg = vllm_specs, kvlib.model_record("jamba-v0.1")["config"]
+    # vllm/model_executor/models/jamba.py: mamba1_state_shape(intermediate_size =
+    # mamba_expand × hidden_size, state_size = mamba_d_state, conv_kernel = mamba_d_conv)
+    shapes = v["shapes"].mamba1_state_shape(
+        tp_world_size=tp, intermediate_size=cfg["mamba_expand"] * cfg["hidden_size"],
+        state_size=cfg["mamba_d_state"], conv_kernel=cfg["mamba_d_conv"])
+    state, attn = _vllm_state_page(v, shapes), _vllm_attention_page_1(v, 8, 128, tp)
+    m = kvlib.load_model("jamba-v0.1")
+    assert m.layers[0].state_bytes(tp, "bf16") == state
+    assert m.layers[4].bytes_per_token("bf16", tp) == attn
+    full = next(g for g in cache_groups(m, tp=tp) if g.kind == "full")
+    assert full.block_size == _hybrid_block(state, attn)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_falcon_h1_against_vllm(vllm_specs, tp):
+    v, cfg = vllm_specs, FALCON_H1_7B
+    # vllm/model_executor/models/falcon_h1.py: mamba2_state_shape(intermediate_size =
+    # mamba_d_ssm, n_groups = mamba_n_groups, num_heads = mamba_n_heads, head_dim = mamba_d_head,
+    # state_size = mamba_d_state, conv_kernel = mamba_d_conv)
+    shapes = v["shapes"].mamba2_state_shape(
+        tp_world_size=tp, intermediate_size=cfg["mamba_d_ssm"], n_groups=cfg["mamba_n_groups"],
+        num_heads=cfg["mamba_n_heads"], head_dim=cfg["mamba_d_head"],
+        state_size=cfg["mamba_d_state"], conv_kernel=cfg["mamba_d_conv"])
+    state, attn = _vllm_state_page(v, shapes), _vllm_attention_page_1(v, 2, 128, tp)
+    m = Model.from_hf_config(cfg)
+    mamba = next(lay for lay in m.layers if lay.kind == "mamba2")
+    assert mamba.state_bytes(tp, "bf16") == state
+    full = next(g for g in cache_groups(m, tp=tp) if g.kind == "full")
+    assert (full.block_size, full.page_bytes) == (_hybrid_block(state, attn),
+                                                  _hybrid_block(state, attn) * attn)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_granite_and_falcon_mamba_against_vllm(vllm_specs, tp):
+    v = vllm_specs
+    # granitemoehybrid.py: intermediate_size = mamba_expand × hidden_size
+    g = GRANITE_H_SMALL
+    shapes = v["shapes"].mamba2_state_shape(
+        tp_world_size=tp, intermediate_size=g["mamba_expand"] * g["hidden_size"],
+        n_groups=g["mamba_n_groups"], num_heads=g["mamba_n_heads"], head_dim=g["mamba_d_head"],
+        state_size=g["mamba_d_state"], conv_kernel=g["mamba_d_conv"])
+    granite = Model.from_hf_config(g)
+    assert granite.layers[0].state_bytes(tp, "bf16") == _vllm_state_page(v, shapes)
+    # models/mamba.py (FalconMambaForCausalLM): intermediate_size, state_size, conv_kernel
+    cfg = kvlib.model_record("falcon-mamba-7b")["config"]
+    shapes = v["shapes"].mamba1_state_shape(
+        tp_world_size=tp, intermediate_size=cfg["intermediate_size"],
+        state_size=cfg["state_size"], conv_kernel=cfg["conv_kernel"])
+    falcon = kvlib.load_model("falcon-mamba-7b")
+    assert falcon.state_bytes(tp=tp) == 64 * _vllm_state_page(v, shapes)
+
+
+def test_chunked_and_indexer_against_vllm(vllm_specs):
+    v = vllm_specs
+    torch = v["torch"]
+    # Llama-4 chunked layers: ChunkedLocalAttentionSpec pages and blocks per request
+    spec = v["chunked"](block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16,
+                        attention_chunk_size=8192)
+    llama4 = kvlib.load_model("llama-4-scout-17b-16e-instruct")
+    chunked = next(g for g in cache_groups(llama4) if g.kind == "chunked")
+    assert chunked.page_bytes == spec.page_size_bytes
+    for max_len in (4096, 20_000, 131_072):
+        assert chunked.pages_per_request(max_len, 8192) == (
+            spec.max_admission_blocks_per_request(max_in_flight_tokens=8192,
+                                                  max_model_len=max_len))
+    # DeepSeek-V3.2: MLAAttentionSpec for the latent (576 bf16) and for the indexer keys
+    # (DeepseekV32IndexerCache: head 128 + 128 // 128 × 4 = 132 uint8): one uniform-type
+    # group whose block is the sum of every layer's page
+    latent = v["mla"](block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    keys = v["mla"](block_size=16, num_kv_heads=1, head_size=132, dtype=torch.uint8)
+    specs = {**{f"attn.{i}": latent for i in range(61)}, **{f"idx.{i}": keys for i in range(61)}}
+    uniform = v["uniform"].from_specs(specs)
+    assert uniform is not None
+    pool = kv_pool("deepseek-v3.2", "h200", n_gpus=8, weight_dtype="fp8")
+    assert pool.block_bytes == uniform.page_size_bytes
