@@ -21,7 +21,7 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "chapters"
@@ -86,6 +86,20 @@ def strip_volatile(nb: Any) -> Any:
     return nb
 
 
+def _kernel_manager(log: IO[str]) -> type:
+    """nbclient's kernel manager, with the kernel's own stderr sent to ``log``: its start-up
+    warnings and the messages C libraries print at shutdown (libzmq) stay off the reader's
+    terminal, where a failing chapter prints one line. A cell's output and errors still come
+    back through papermill."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:
+            await super().start_kernel(stderr=log, **kw)
+
+    return QuietKernelManager
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -112,21 +126,21 @@ def execute_chapter(source: Path, output: Path | None = None,
         cell.id = f"cell-{i:03d}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "kernel.log", "w+") as log:
         staged, executed = Path(tmp) / f"{source.stem}.ipynb", Path(tmp) / "executed.ipynb"
         nbformat.write(nb, staged)
-        # The kernel's own log (a TCP warning, an interrupt at shutdown) is kept off the
-        # reader's terminal: a failing cell's error is raised here and printed on one line.
         try:
             papermill.execute_notebook(str(staged), str(executed), parameters=parameters,
                                        kernel_name="python3", cwd=str(SOURCES),
                                        progress_bar=False, execution_timeout=timeout_s,
-                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+                                       kernel_manager_class=_kernel_manager(log))
         except papermill.PapermillExecutionError as exc:
             output.unlink(missing_ok=True)
             raise ChapterError(source.stem, _one_line(f"{exc.ename}: {exc.evalue}")) from None
-        except BaseException:
+        except BaseException as exc:  # the kernel died or timed out: its own log says why
             output.unlink(missing_ok=True)
+            log.seek(0)
+            exc.add_note(f"{source.stem}: the kernel's stderr:\n{log.read()[-3000:]}")
             raise
         result = strip_volatile(nbformat.read(executed, as_version=4))
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
