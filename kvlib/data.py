@@ -318,10 +318,13 @@ def schema_for(name: str) -> Schema:
 
 @lru_cache(maxsize=None)
 def _checked(path: Path, name: str, mtime_ns: int, size: int) -> None:
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        rows = [(reader.line_num, row) for row in reader]
-        header = list(reader.fieldnames or [])
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            rows = [(reader.line_num, row) for row in reader]
+            header = list(reader.fieldnames or [])
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable CSV: {exc}") from None
     problems = list(schema_for(name).problems(header, rows))
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -331,8 +334,8 @@ def _checked(path: Path, name: str, mtime_ns: int, size: int) -> None:
 def csv_path(name: str) -> Path:
     """``data_dir() / name`` after checking every row against its schema (see module doc).
 
-    Raises ValueError naming the file, the line and the column of the first bad cell, and
-    FileNotFoundError-free: a missing file is a ValueError too.
+    Raises ValueError naming the file, the line and the column of the first bad cell (and how
+    many more there are); a missing or unreadable file is a ValueError too.
     """
     path = data_dir() / name
     try:

@@ -125,3 +125,12 @@ def test_a_relative_kvlib_data_is_read_from_where_the_command_started(tmp_path, 
     assert data.data_dir() == tmp_path / "my-data"
     monkeypatch.delenv("PWD")
     assert data.data_dir() == ROOT / "chapters" / "my-data"  # no $PWD: the current directory
+
+
+def test_a_file_that_is_not_csv_text_is_one_value_error(my_data):
+    (my_data / "prices.csv").write_bytes(b"gpu,provider\n\xff\xfe,x\n")
+    with pytest.raises(ValueError, match="prices.csv is not a readable CSV"):
+        kvlib.load_prices()
+    (my_data / "prices.csv").unlink()
+    with pytest.raises(ValueError, match="prices.csv is missing"):
+        kvlib.load_prices()
