@@ -9,12 +9,15 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP) node_modules/.package-lock.json
 
+# torch with pip, which reads pip.conf's find-links where the CPU wheel lies (torch from PyPI is
+# the multi-GB CUDA build); the rest with uv, which needs nothing from pip.conf: the same pins,
+# installed about ten times faster than pip.
 $(STAMP): pyproject.toml requirements-vllm.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[book,test,crosscheck]"
-	$(PIP) install -q --no-deps -r requirements-vllm.txt
+	$(PIP) install -q torch==2.13.0 uv==0.13.9
+	$(VENV)/bin/uv pip install -q --python $(PY) -e ".[book,test,crosscheck]"
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -r requirements-vllm.txt
 	touch $(STAMP)
 
 node_modules/.package-lock.json: package.json package-lock.json
@@ -33,6 +36,7 @@ html: install
 book: execute html
 
 test: install browser
+	$(VENV)/bin/ruff check kvlib tests book
 	$(PY) -m pytest -q
 
 bench: install

@@ -3,18 +3,25 @@
 ``python book/pipeline.py`` executes every ``chapters/*.md`` into ``book/chapters/*.ipynb``
 (git-ignored build products) that jupyter-book then renders with execution off.
 ``python book/pipeline.py 01_per_token_kv -p dtype fp8`` executes one chapter with overrides.
-Volatile metadata (timestamps, durations) is stripped so reruns are byte-identical.
+
+An executed notebook is written only when every cell ran: papermill works in a scratch folder
+and the result is moved into place in one step, and a chapter that fails removes the notebook
+an earlier run left, so a failed chapter can never be published. Exit status: 0 when every
+chapter ran, 1 when a chapter failed (its own error, one line per chapter, on stderr), 2 for
+a usage error (an unknown chapter or parameter). Volatile metadata (timestamps, durations) is
+stripped so reruns are byte-identical.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import json
+import os
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "chapters"
@@ -23,16 +30,55 @@ _VOLATILE_NB = ("papermill",)
 _VOLATILE_CELL = ("execution", "papermill")
 
 
+class ChapterError(Exception):
+    """A chapter failed: ``str(error)`` is one line, the chapter and its own error."""
+
+    def __init__(self, chapter: str, message: str) -> None:
+        super().__init__(chapter, message)
+        self.chapter, self.message = chapter, message
+
+    def __str__(self) -> str:
+        return f"{self.chapter}: {self.message}"
+
+
+class UnknownParameterError(ValueError):
+    """An override names no variable of the chapter's parameters cell."""
+
+
 def chapter_sources() -> list[Path]:
     """Every chapter source, in book order (file names start with their number)."""
     return sorted(SOURCES.glob("*.md"))
+
+
+def chapter_parameters(source: Path) -> list[str]:
+    """The names the chapter's ``parameters`` cell assigns, in order."""
+    import jupytext
+
+    cells = [c for c in jupytext.read(source).cells
+             if "parameters" in c.metadata.get("tags", [])]
+    names: list[str] = []
+    for cell in cells:
+        for node in ast.parse(cell.source).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return names
+
+
+def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
+    """UnknownParameterError (one line, naming the chapter's parameters) for a misspelled name."""
+    known = chapter_parameters(source)
+    unknown = [name for name in parameters if name not in known]
+    if unknown:
+        raise UnknownParameterError(
+            f"{source.stem} has no parameter {', '.join(map(repr, unknown))}; "
+            f"its parameters: {', '.join(known)}")
 
 
 def strip_volatile(nb: Any) -> Any:
     """Remove run-to-run metadata (times, durations) from an executed notebook, in place."""
     for key in _VOLATILE_NB:
         nb.metadata.pop(key, None)
-    for i, cell in enumerate(nb.cells):
+    for cell in nb.cells:
         for key in _VOLATILE_CELL:
             cell.metadata.pop(key, None)
         if "injected-parameters" in cell.metadata.get("tags", []):
@@ -40,13 +86,39 @@ def strip_volatile(nb: Any) -> Any:
     return nb
 
 
+def _kernel_manager(log: IO[str]) -> type:
+    """nbclient's kernel manager, with the kernel's own stderr sent to ``log``: its start-up
+    warnings and the messages C libraries print at shutdown (libzmq) stay off the reader's
+    terminal, where a failing chapter prints one line. A cell's output and errors still come
+    back through papermill."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw: Any) -> None:
+            await super().start_kernel(stderr=log, **kw)
+
+    return QuietKernelManager
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def execute_chapter(source: Path, output: Path | None = None,
                     parameters: dict[str, Any] | None = None, timeout_s: int = 900) -> Path:
-    """Convert one MyST chapter to a notebook, execute it with papermill, strip volatile keys."""
+    """Convert one MyST chapter to a notebook, execute it with papermill, strip volatile keys,
+    and move the result to ``output`` (default ``book/chapters/<stem>.ipynb``).
+
+    Raises UnknownParameterError before running for a parameter the chapter lacks, and
+    ChapterError (the failing cell's own exception, one line) when a cell fails; then no
+    notebook is left at ``output``, not even one from an earlier run.
+    """
     import jupytext
     import nbformat
     import papermill
 
+    parameters = parameters or {}
+    check_parameters(source, parameters)
     output = output or OUTPUT / f"{source.stem}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
     nb = jupytext.read(source)
@@ -54,26 +126,49 @@ def execute_chapter(source: Path, output: Path | None = None,
         cell.id = f"cell-{i:03d}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = Path(tmp) / f"{source.stem}.ipynb"
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "kernel.log", "w+") as log:
+        staged, executed = Path(tmp) / f"{source.stem}.ipynb", Path(tmp) / "executed.ipynb"
         nbformat.write(nb, staged)
-        papermill.execute_notebook(str(staged), str(output), parameters=parameters or {},
-                                   kernel_name="python3", cwd=str(SOURCES),
-                                   progress_bar=False, execution_timeout=timeout_s)
-    executed = nbformat.read(output, as_version=4)
-    nbformat.write(strip_volatile(executed), output)
+        try:
+            papermill.execute_notebook(str(staged), str(executed), parameters=parameters,
+                                       kernel_name="python3", cwd=str(SOURCES),
+                                       progress_bar=False, execution_timeout=timeout_s,
+                                       kernel_manager_class=_kernel_manager(log))
+        except papermill.PapermillExecutionError as exc:
+            output.unlink(missing_ok=True)
+            raise ChapterError(source.stem, _one_line(f"{exc.ename}: {exc.evalue}")) from None
+        except BaseException as exc:  # the kernel died or timed out: its own log says why
+            output.unlink(missing_ok=True)
+            log.seek(0)
+            exc.add_note(f"{source.stem}: the kernel's stderr:\n{log.read()[-3000:]}")
+            raise
+        result = strip_volatile(nbformat.read(executed, as_version=4))
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    nbformat.write(result, partial)
+    os.replace(partial, output)
     return output
 
 
-def _execute_one(source: str) -> str:
-    return str(execute_chapter(Path(source)))
+def _execute_one(source: str, output_dir: str) -> str:
+    return str(execute_chapter(Path(source), Path(output_dir) / f"{Path(source).stem}.ipynb"))
 
 
-def execute_all(jobs: int = 2) -> list[Path]:
-    """Execute every chapter, ``jobs`` at a time."""
+def execute_all(jobs: int = 2, output_dir: Path = OUTPUT) -> list[Path]:
+    """Execute every chapter into ``output_dir``, ``jobs`` at a time; ChapterError (one line
+    per failed chapter) after all have run if any failed."""
     sources = [str(s) for s in chapter_sources()]
+    done, failed = [], []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return [Path(p) for p in pool.map(_execute_one, sources)]
+        futures = [pool.submit(_execute_one, s, str(output_dir)) for s in sources]
+        for future in futures:
+            try:
+                done.append(Path(future.result()))
+            except ChapterError as exc:
+                failed.append(exc)
+    if failed:
+        raise ChapterError(", ".join(e.chapter for e in failed),
+                           "\n".join(str(e) for e in failed))
+    return done
 
 
 def _parse_value(text: str) -> Any:
@@ -88,20 +183,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapter", nargs="?", help="chapter stem, e.g. 01_per_token_kv")
     parser.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
                         help="override a parameter (Python literal or string)")
-    parser.add_argument("-o", "--output", type=Path, help="where to write the executed notebook")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="where to write the executed notebook (every chapter: a folder)")
     parser.add_argument("-j", "--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.chapter is None:
-        for path in execute_all(args.jobs):
-            print(f"executed {path.relative_to(ROOT)}")
-        return 0
-    source = SOURCES / f"{args.chapter}.md"
-    if not source.is_file():
-        print(f"no chapter {args.chapter!r} in {SOURCES}", file=sys.stderr)
+    try:
+        if args.chapter is None:
+            if args.p:
+                parser.error("-p needs a chapter")
+            for path in execute_all(args.jobs, args.output or OUTPUT):
+                print(f"executed {path}")
+            return 0
+        source = SOURCES / f"{args.chapter}.md"
+        if not source.is_file():
+            print(f"pipeline.py: error: no chapter {args.chapter!r} in {SOURCES}", file=sys.stderr)
+            return 2
+        params = {name: _parse_value(value) for name, value in args.p}
+        path = execute_chapter(source, args.output, params)
+    except UnknownParameterError as exc:
+        print(f"pipeline.py: error: {exc}", file=sys.stderr)
         return 2
-    params = {name: _parse_value(value) for name, value in args.p}
-    path = execute_chapter(source, args.output, params)
-    print(json.dumps({"executed": str(path), "parameters": params}))
+    except ChapterError as exc:
+        print(exc.message if args.chapter is None else exc, file=sys.stderr)
+        return 1
+    print(json.dumps({"executed": str(path), "parameters": params}, default=repr))
     return 0
 
 

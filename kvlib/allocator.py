@@ -42,10 +42,16 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from .checks import integer, positive_integer
 from .workloads import as_requests, poisson_arrivals
 
 POLICIES = ("reserve_max", "reserve_pow2", "reserve_oracle", "paged")
 ALLOCATORS = ("first_fit", "buddy")  # placement of contiguous reservations
+#: Largest block simulated (tokens): the paged loop keeps one counter per token of a block, so
+#: its time and memory grow with the block; vLLM's largest (hybrid models) hold ~2,000 tokens.
+MAX_BLOCK_SIZE = 2**16
+#: Largest prompt or output simulated (tokens): sums of two stay exact in int64 arrays.
+MAX_REQUEST_TOKENS = 2**52
 
 
 class OutOfBlocksError(RuntimeError):
@@ -348,12 +354,11 @@ def _validate(requests: ArrayLike, pool_tokens: int, policy: str, block_size: in
         raise ValueError(f"unknown allocator {allocator!r}; one of {', '.join(ALLOCATORS)}")
     if policy == "paged" and allocator != "first_fit":
         raise ValueError("the allocator places contiguous reservations; paged blocks need none")
-    for name, value in (("pool_tokens", pool_tokens), ("block_size", block_size),
-                        ("max_model_len", max_model_len), ("max_batch", max_batch)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1 token, got {block_size}")
+    for name, value in (("pool_tokens", pool_tokens), ("max_model_len", max_model_len),
+                        ("max_batch", max_batch)):
+        if value is not None:
+            integer(name, value, minimum=None)
+    positive_integer("block_size", block_size, maximum=MAX_BLOCK_SIZE)
     if pool_tokens < 1 or (policy == "paged" and pool_tokens < block_size):
         raise ValueError(f"pool_tokens ({pool_tokens}) is smaller than one block ({block_size} tokens)")
     if max_model_len is not None and max_model_len < 1:
@@ -363,6 +368,9 @@ def _validate(requests: ArrayLike, pool_tokens: int, policy: str, block_size: in
     if max_batch is not None and max_batch < 1:
         raise ValueError(f"max_batch must be >= 1 request, got {max_batch}")
     reqs = as_requests(requests)
+    if (big := np.flatnonzero((reqs > MAX_REQUEST_TOKENS).any(axis=1))).size:
+        raise ValueError(f"request {int(big[0])} has more than {MAX_REQUEST_TOKENS:,} prompt or "
+                         "output tokens, the most simulate handles")
     total = reqs.sum(axis=1)
     for limit, what in ((max_model_len, "max_model_len"), (pool_tokens, "pool_tokens")):
         if limit is not None and (bad := np.flatnonzero(total > limit)).size:
@@ -842,13 +850,15 @@ def _run_contiguous(prompt: list[int], final: list[int], arrival: list[int], foo
 
 def _block_sum(n: NDArray[np.int64], bs: int) -> NDArray[np.int64]:
     """Σ_{s=1}^{n} ceil(s / bs), elementwise (blocks·steps)."""
-    q, r = np.divmod(n, bs)
+    q, r = n // bs, n % bs
     return bs * q * (q + 1) // 2 + r * (q + 1)
 
 
 def _result(trace: _Trace, policy: str, bs: int, pool_tokens: int, n: int, rejected: int,
             allocator: str = "first_fit") -> SimResult:
     a, b, f = trace.seg_start, trace.seg_end, trace.seg_final
+    if f.size and int(f.max()) ** 2 * f.size >= 2**62:  # token-step sums would overflow int64
+        a, b, f = (x.astype(object) for x in (a, b, f))
     length = b - a + 1
     tokens = int(((a + b) * length // 2).sum())
     if trace.seg_footprint is None:

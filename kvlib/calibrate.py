@@ -33,7 +33,8 @@ import pandas as pd
 
 from . import capacity, roofline
 from .hardware import load_gpu
-from .registry import data_dir, load_model
+from .data import csv_path, data_dir
+from .registry import load_model
 from .roofline import BLOCK_KINDS, Efficiency
 
 #: Publishers of the measured points, by the start of the ``source`` column: a publisher's
@@ -164,9 +165,9 @@ def _modern_points(measured: pd.DataFrame) -> tuple[list[dict[str, Any]], list[d
 def _history_points(measured: pd.DataFrame) -> list[dict[str, Any]]:
     """The pre-2025 rows the old calibration mapped (static batches and inter-token latencies)."""
     rows = []
-    mapped = [pd.read_csv(data_dir() / "roofline_calibration.csv", keep_default_na=False)
+    mapped = [pd.read_csv(csv_path("roofline_calibration.csv"), keep_default_na=False)
               .assign(batch=""),
-              pd.read_csv(data_dir() / "validation" / "throughput_mapping.csv",
+              pd.read_csv(csv_path("validation/throughput_mapping.csv"),
                           keep_default_na=False, dtype={"batch": str})]
     indexed = measured.set_index("id")
     for frame in mapped:
@@ -181,7 +182,7 @@ def _history_points(measured: pd.DataFrame) -> list[dict[str, Any]]:
                          "kv_dtype": m["kv_dtype"], "mode": m["mode"], "metric": t["metric"],
                          "concurrency": int(float(batch)), "input_tokens": int(t["input_tokens"]),
                          "output_tokens": int(t["output_tokens"]), "value": float(t["value"])})
-    extra = pd.read_csv(data_dir() / "validation" / "throughput.csv", keep_default_na=False)
+    extra = pd.read_csv(csv_path("validation/throughput.csv"), keep_default_na=False)
     for _, t in extra.iterrows():
         rows.append({"id": t["id"], "source": t["source"], "engine_label": t["engine"],
                      "engine_version": "", "model": t["model_slug"], "gpu": t["gpu_slug"],
@@ -198,7 +199,7 @@ def _history_points(measured: pd.DataFrame) -> list[dict[str, Any]]:
 
 @lru_cache(maxsize=1)
 def _points_and_excluded() -> tuple[pd.DataFrame, pd.DataFrame]:
-    measured = pd.read_csv(data_dir() / "throughput.csv", keep_default_na=False, dtype=str)
+    measured = pd.read_csv(csv_path("throughput.csv"), keep_default_na=False, dtype=str)
     modern, excluded = _modern_points(measured)
     points = pd.DataFrame(modern + _history_points(measured)).set_index("id")
     if points.index.duplicated().any():
@@ -638,7 +639,7 @@ def write_error_bands() -> None:
 
 @lru_cache(maxsize=None)
 def _bands(mtime: float) -> pd.DataFrame:
-    return pd.read_csv(data_dir() / BANDS_FILE, keep_default_na=False, dtype={"batch_range": str})
+    return pd.read_csv(csv_path(BANDS_FILE), keep_default_na=False, dtype={"batch_range": str})
 
 
 def error_band(tp: int, batch: int) -> ErrorBand:

@@ -28,9 +28,9 @@ from typing import Any
 
 import pandas as pd
 
+from .checks import integer, number, positive_integer
 from .hardware import GPU, load_gpu
 from .hf_config import Architecture
-from .checks import positive_integer
 from .model import Model
 from .params import ParamCounts, loaded_weights, params_for
 from .quant import KVFormat, kv_format
@@ -280,7 +280,7 @@ class Pool:
 
     def blocks_per_request(self, context_tokens: int) -> int:
         """Blocks one request of ``context_tokens`` needs, summed over the groups."""
-        _check_positive_int("context_tokens", context_tokens)
+        positive_integer("context_tokens", context_tokens)
         pages = [g.pages_per_request(context_tokens, self.max_num_batched_tokens)
                  for g in self.groups]
         if self.n_groups == 1:  # one block table for every layer
@@ -314,12 +314,6 @@ class Pool:
             (f"= KV pool ({self.num_blocks:,} blocks)", self.kv_bytes_per_gpu),
         ]
         return pd.DataFrame([{"term": t, "bytes": int(b), "gib": b / GIB} for t, b in rows])
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _resolve_model(model: Model | str) -> Model:
@@ -371,12 +365,32 @@ def _vocab(arch: Architecture) -> int:
     return arch.vocab_size
 
 
+def derived_max_model_len(model: Model) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts for ``model`` without an override (tokens):
+    its config's lengths and RoPE scaling by vLLM's rule (``kvlib.hf_config._max_model_len``);
+    None when the config names no length or the model was built from explicit layers."""
+    return model.architecture.max_model_len if model.architecture is not None else None
+
+
+def check_max_model_len(model: Model, max_model_len: int, allow_long: bool = False) -> int:
+    """``max_model_len`` (tokens) if the model accepts it: ValueError past
+    ``derived_max_model_len`` unless ``allow_long`` (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    tokens = positive_integer("max_model_len", max_model_len)
+    limit = derived_max_model_len(model)
+    if limit is not None and tokens > limit and not allow_long:
+        raise ValueError(f"{tokens:,} tokens exceed {model.name}'s maximum context of {limit:,} "
+                         "tokens (vLLM refuses such a max_model_len; override with "
+                         "allow_long_max_model_len=True, kvlib fit --allow-long-context)")
+    return tokens
+
+
 def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
             gpu_memory_utilization: float = VLLM_DEFAULT_UTILIZATION_OLD,
             weight_dtype: str | Mapping[str, str] = "bf16", kv_dtype: str = "bf16",
             max_num_batched_tokens: int = 8192, max_num_seqs: int | None = None,
             block_size: int = DEFAULT_BLOCK_SIZE, overheads: Overheads = VLLM,
-            weights_bytes_per_gpu: int | None = None) -> Pool:
+            weights_bytes_per_gpu: int | None = None, max_model_len: int | None = None,
+            allow_long_max_model_len: bool = False) -> Pool:
     """The KV pool vLLM would allocate for ``model`` on ``n_gpus`` × ``gpu`` (tensor parallel).
 
     model: a ``Model`` or registry slug; gpu: a ``GPU`` or slug of ``data/gpus.csv``;
@@ -388,19 +402,22 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
     pass (tokens); max_num_seqs: sampled rows in the profile (default: vLLM's by GPU);
     block_size: tokens per KV block; overheads: the activation/non-torch model
     (``NO_OVERHEADS`` reproduces "budget − weights"); weights_bytes_per_gpu: override the
-    computed weights (e.g. with a logged "Model loading took").
+    computed weights (e.g. with a logged "Model loading took"); max_model_len: the context the
+    engine is started with (tokens), refused past the model's own maximum
+    (``derived_max_model_len``) as vLLM refuses it, unless ``allow_long_max_model_len`` (vLLM's
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
     """
     m = _resolve_model(model)
     g = _resolve_gpu(gpu)
-    tp = m.check_tp(_check_positive_int("n_gpus", n_gpus))
-    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization,
-                                                                  (int, float)) or not (
-            0 < gpu_memory_utilization <= 1):
+    tp = m.check_tp(positive_integer("n_gpus", n_gpus))
+    if not 0 < number("gpu_memory_utilization", gpu_memory_utilization) <= 1:
         raise ValueError("gpu_memory_utilization must be in (0, 1], "
                          f"got {gpu_memory_utilization!r}")
-    mnbt = _check_positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    seqs = default_max_num_seqs(g) if max_num_seqs is None else _check_positive_int(
+    mnbt = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
+    seqs = default_max_num_seqs(g) if max_num_seqs is None else positive_integer(
         "max_num_seqs", max_num_seqs)
+    if max_model_len is not None:
+        check_max_model_len(m, max_model_len, allow_long_max_model_len)
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
     counts = params_for(m)
@@ -408,7 +425,8 @@ def kv_pool(model: Model | str, gpu: GPU | str, *, n_gpus: int = 1,
         loaded = loaded_weights(m, weight_dtype, tp, g.slug)
         weights, weights_basis = loaded.total_bytes, loaded.basis
     else:
-        weights, weights_basis = int(weights_bytes_per_gpu), "given"
+        weights = integer("weights_bytes_per_gpu", weights_bytes_per_gpu)
+        weights_basis = "given"
     arch = m.architecture
     if arch is None:
         raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
@@ -452,9 +470,9 @@ def _weight_format(text: str) -> str | dict[str, str]:
 
 def engine_logs() -> pd.DataFrame:
     """``data/engine_logs.csv``: public serving-engine start-up logs, one per row (``id``)."""
-    from .registry import data_dir
+    from .data import csv_path
 
-    return pd.read_csv(data_dir() / "engine_logs.csv", dtype=str,
+    return pd.read_csv(csv_path("engine_logs.csv"), dtype=str,
                        keep_default_na=False).set_index("id")
 
 

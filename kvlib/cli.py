@@ -1,13 +1,18 @@
 """The ``kvlib`` command: KV bytes, what fits on a GPU, $/1M tokens, and claim rechecks.
 
-Readable tables by default, ``--json`` for scripts; bad input exits 2 with one line on stderr.
+Readable tables by default, ``--json`` for scripts. Exit status: 0 with the answer on stdout;
+2 with one line on stderr for bad input (an unknown model, a negative size, a context past the
+model's maximum, a result no float can hold, ...). Closing the output early (``| head``) is
+not an error.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +37,49 @@ class _UsageError(Exception):
     pass
 
 
+def _version() -> str:
+    try:
+        return metadata.version("kvlib")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name longer than the file system allows: not a file
+        return False
+
+
 def _load(model: str):
     """A registry slug, or a path to a config.json (plain, or a registry record)."""
     from .model import Model
     from .registry import load_model
 
     path = Path(model)
-    if path.suffix == ".json" or path.is_file():
-        if not path.is_file():
+    if path.suffix == ".json" or _is_file(path):
+        if not _is_file(path):
             raise ValueError(f"no such config file: {model}")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {model}: {exc}") from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{model} is not valid JSON: {exc}") from None
         config = data.get("config", data) if isinstance(data, dict) else data
         return Model.from_hf_config(config, name=path.stem)
     return load_model(model)
+
+
+def _fixed(n_bytes: int, unit: int, places: int) -> str:
+    """``n_bytes / unit`` with ``places`` decimals and thousands separators, in exact integer
+    arithmetic (half rounds to even), so no byte count is too large to print."""
+    scale = 10 ** places
+    q, r = divmod(n_bytes * scale, unit)
+    if 2 * r > unit or (2 * r == unit and q % 2):
+        q += 1
+    whole, frac = divmod(q, scale)
+    return f"{whole:,}.{frac:0{places}d}" if places else f"{whole:,}"
 
 
 def _table(rows: Sequence[tuple[str, Any]]) -> str:
@@ -67,21 +99,25 @@ def _kv(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "state_bytes": m.state_bytes(tp=args.tp) if m.dtype else None}
     text = _table([
         ("model", f"{m.name} ({m.attention}, {m.n_layers} layers)"),
-        ("kv per token", f"{per_token:,} bytes = {per_token / KIB:,.2f} KiB ({args.dtype}, per GPU at tp={args.tp})"),
-        (f"kv for {args.tokens:,} tokens", f"{total:,} bytes = {total / GIB:,.3f} GiB"),
+        ("kv per token", f"{per_token:,} bytes = {_fixed(per_token, KIB, 2)} KiB "
+                         f"({args.dtype}, per GPU at tp={args.tp})"),
+        (f"kv for {args.tokens:,} tokens", f"{total:,} bytes = {_fixed(total, GIB, 3)} GiB"),
     ])
     return data, text
 
 
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from .capacity import kv_pool
+    from .checks import positive_integer
     from .hardware import load_gpu
     from .units import GIB
 
     m, gpu = _load(args.model), load_gpu(args.gpu)
+    context = positive_integer("context_tokens", args.context)
     pool = kv_pool(m, gpu, n_gpus=args.tp, gpu_memory_utilization=args.util,
-                   weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype)
-    conc = pool.max_concurrency(args.context)
+                   weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                   max_model_len=context, allow_long_max_model_len=args.allow_long_context)
+    conc = pool.max_concurrency(context)
     data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
             "gpu_memory_utilization": args.util, "weight_dtype": args.weight_dtype,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
@@ -89,13 +125,16 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
     rows = [
         ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} (utilization {args.util})"),
-        ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = {pool.kv_bytes_per_gpu / GIB:,.2f} GiB"),
+        ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
+                            f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
         ("kv tokens", f"{pool.tokens:,}"),
         (f"requests of {args.context:,} tokens", f"{conc:,.2f}"),
     ]
     if conc < 1:
+        available = pool.available_kv_bytes
+        shown = ("-" if available < 0 else "") + _fixed(abs(available), GIB, 2)
         rows.append(("does not fit", "weights and start-up overheads leave "
-                     f"{pool.available_kv_bytes / GIB:,.2f} GiB per GPU for the KV cache; "
+                     f"{shown} GiB per GPU for the KV cache; "
                      "try a larger --tp or smaller --weight-dtype"))
     else:
         point = _serving(m, args)
@@ -184,9 +223,10 @@ def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
     from . import recheck
 
     rows = []
-    ids = args.ids or list(recheck.load_claims().index)
+    known = recheck.load_claims().index
+    ids = args.ids or list(known)
     for claim_id in ids:
-        if claim_id not in recheck.load_claims().index:
+        if claim_id not in known:
             raise KeyError(f"unknown claim {claim_id!r} (see data/claims/)")
         v = recheck.recheck(claim_id)
         rows.append({"id": claim_id, "claimed": v.claimed, "recomputed": v.recomputed,
@@ -209,6 +249,7 @@ def _models(args: argparse.Namespace) -> tuple[Any, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvlib", description=__doc__.splitlines()[0], epilog=EXAMPLES,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kvlib {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, fn: Callable, help_text: str) -> argparse.ArgumentParser:
@@ -228,7 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="registry slug or path to a config.json")
     p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
     p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
-    p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
+    p.add_argument("--context", type=int, default=8192,
+                   help="tokens per request, vLLM's --max-model-len (default 8192)")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a context past the model's maximum, as vLLM does with "
+                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     p.add_argument("--weight-dtype", default="bf16", help="weight dtype (default bf16)")
     p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
@@ -257,20 +302,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(message: object) -> int:
+    """Print one line to stderr and return the usage-error status, 2."""
+    print(f"kvlib: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _write(text: str) -> int:
+    """Print ``text``; a reader that closed the pipe early (``| head``) is not an error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 answer, 2 bad input)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         data, text = args.fn(args)
+        out = json.dumps(data, indent=2, default=str, allow_nan=False) if args.json else text
+    except SystemExit as exc:  # --help and --version print, then exit 0
+        return exc.code if isinstance(exc.code, int) else 0
     except _UsageError as exc:
-        print(f"kvlib: error: {exc} (see kvlib --help)", file=sys.stderr)
-        return 2
-    except (ValueError, KeyError) as exc:
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"kvlib: error: {message}", file=sys.stderr)
-        return 2
-    print(json.dumps(data, indent=2, default=str) if args.json else text)
-    return 0
+        return _error(f"{exc} (see kvlib --help)")
+    except KeyError as exc:
+        return _error(exc.args[0] if exc.args else exc)
+    except ValueError as exc:
+        return _error(exc)
+    return _write(out)
 
 
 if __name__ == "__main__":

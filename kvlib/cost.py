@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import math
 
+from .checks import number
+
 SECONDS_PER_HOUR = 3600
 TOKENS_PER_MILLION = 1_000_000
 
 
 def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-    return float(value)
+    return number(name, value, positive=True)
+
+
+def _representable(name: str, value: float) -> float:
+    """``value`` if a float holds it: the quotient of two positive finite numbers can overflow
+    to infinity or underflow to 0, and then no answer is printed rather than a wrong one."""
+    if not math.isfinite(value) or value == 0:
+        raise ValueError(f"{name} is {'too large' if value else 'too small'} to represent as a "
+                         f"float ({value!r}): the inputs are out of range")
+    return value
 
 
 def cost_per_million_tokens(dollars_per_hour: float, tokens_per_second: float) -> float:
@@ -27,7 +34,8 @@ def cost_per_million_tokens(dollars_per_hour: float, tokens_per_second: float) -
     """
     price = _positive("dollars_per_hour", dollars_per_hour)
     rate = _positive("tokens_per_second", tokens_per_second)
-    return price / (rate * SECONDS_PER_HOUR) * TOKENS_PER_MILLION
+    return _representable("dollars_per_million_tokens",
+                          price / (rate * SECONDS_PER_HOUR) * TOKENS_PER_MILLION)
 
 
 def tokens_per_second_for_cost(dollars_per_hour: float, dollars_per_million: float) -> float:
@@ -35,14 +43,16 @@ def tokens_per_second_for_cost(dollars_per_hour: float, dollars_per_million: flo
     ``dollars_per_million``: the inverse of ``cost_per_million_tokens``."""
     price = _positive("dollars_per_hour", dollars_per_hour)
     target = _positive("dollars_per_million", dollars_per_million)
-    return price / (target * SECONDS_PER_HOUR) * TOKENS_PER_MILLION
+    return _representable("tokens_per_second",
+                          price / (target * SECONDS_PER_HOUR) * TOKENS_PER_MILLION)
 
 
 def dollars_per_hour_for_cost(tokens_per_second: float, dollars_per_million: float) -> float:
     """The hourly price at which ``tokens_per_second`` costs ``dollars_per_million`` per 10⁶."""
     rate = _positive("tokens_per_second", tokens_per_second)
     target = _positive("dollars_per_million", dollars_per_million)
-    return target * rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION
+    return _representable("dollars_per_hour",
+                          target * rate * SECONDS_PER_HOUR / TOKENS_PER_MILLION)
 
 
 def cost_change(tokens_per_second_before: float, tokens_per_second_after: float) -> float:
@@ -51,4 +61,3 @@ def cost_change(tokens_per_second_before: float, tokens_per_second_after: float)
     before = _positive("tokens_per_second_before", tokens_per_second_before)
     after = _positive("tokens_per_second_after", tokens_per_second_after)
     return before / after - 1
-

@@ -315,11 +315,13 @@ def load_table() -> Any:
     """The committed measurement (``data/validation/crosscheck.csv``), no torch needed."""
     import pandas as pd
 
+    from .data import csv_path
+
     path = _result_path()
     if not path.is_file():
         raise KeyError(f"no cross-check measurement at {path}: run tests/test_crosscheck.py "
                        "with torch and transformers installed to write it")
-    return pd.read_csv(path, dtype={"torch": str, "transformers": str})
+    return pd.read_csv(csv_path(RESULT_FILE), dtype={"torch": str, "transformers": str})
 
 
 def write_table(table: Any) -> None:

@@ -9,15 +9,14 @@ bandwidth is per direction; the latency of one all-reduce comes from published m
 """
 from __future__ import annotations
 
-import difflib
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 
-from .registry import data_dir
+from .checks import integer, number, positive_integer
+from .data import csv_path, resolve_slug
 
 #: Element formats whose matmuls run on the FP8 tensor cores; everything else (bf16/fp16
 #: weights, and weight-only int4/fp4 formats that dequantize to 16-bit) uses the 16-bit rate.
@@ -56,17 +55,16 @@ class GPU:
     peer_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.memory_bytes_stated, int) or self.memory_bytes_stated <= 0:
-            raise ValueError(f"{self.slug}: memory_bytes_stated must be a positive integer")
+        positive_integer(f"{self.slug}: memory_bytes_stated", self.memory_bytes_stated)
         for name in ("memory_bytes_runtime", "memory_bytes_nvml"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"{self.slug}: {name} must be a positive integer or None")
+            if value is not None:
+                positive_integer(f"{self.slug}: {name}", value)
         for name in ("hbm_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops", "link_bytes_per_s",
                      "peer_bytes_per_s"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{self.slug}: {name} must be positive or None, got {value!r}")
+            if value is not None:
+                number(f"{self.slug}: {name}", value, positive=True)
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -109,8 +107,7 @@ class GPU:
         peer: MI300X, MI325X, MI355X) only the ``n_gpus − 1`` links that reach the group."""
         if self.link_bytes_per_s is None or self.peer_bytes_per_s is None:
             raise ValueError(f"{self.slug}: no sourced GPU-to-GPU bandwidth in data/gpus.csv")
-        if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 2:
-            raise ValueError(f"n_gpus must be an integer >= 2, got {n_gpus!r}")
+        integer("n_gpus", n_gpus, 2)
         return min(self.link_bytes_per_s, self.peer_bytes_per_s * (n_gpus - 1))
 
 
@@ -134,8 +131,9 @@ def _gpu_rows(path: Path, mtime: float) -> pd.DataFrame:
 
 
 def gpu_table() -> pd.DataFrame:
-    """``data/gpus.csv`` as a DataFrame indexed by slug (strings, as stored)."""
-    path = data_dir() / "gpus.csv"
+    """``data/gpus.csv`` as a DataFrame indexed by slug (strings, as stored; every row checked
+    by ``kvlib.data``)."""
+    path = csv_path("gpus.csv")
     return _gpu_rows(path, path.stat().st_mtime).copy()
 
 
@@ -147,10 +145,7 @@ def gpu_slugs() -> list[str]:
 def load_gpu(slug: str) -> GPU:
     """The GPU for a slug, e.g. ``load_gpu("h100-sxm")``; KeyError names close matches."""
     table = gpu_table()
-    if slug not in table.index:
-        close = difflib.get_close_matches(str(slug), list(table.index), n=5, cutoff=0.4)
-        hint = f"; close matches: {', '.join(close)}" if close else ""
-        raise KeyError(f"unknown GPU {slug!r}{hint} (see data/gpus.csv)")
+    resolve_slug("GPU", slug, table.index, "data/gpus.csv")
     row = table.loc[slug]
     return GPU(slug=slug, name=row["name"], memory_bytes_stated=int(row["memory_bytes_stated"]),
                memory_bytes_runtime=_int_or_none(row["memory_bytes_runtime"]),
@@ -211,10 +206,9 @@ def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
     ones) — at the group size nearest ``n_gpus``. An interconnect no row covers (PCIe cards) gets
     the median of every row, which a PCIe all-reduce can only exceed.
     """
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 2:
-        raise ValueError(f"n_gpus must be an integer >= 2, got {n_gpus!r}")
+    integer("n_gpus", n_gpus, 2)
     g = load_gpu(gpu)
-    path = data_dir() / "allreduce.csv"
+    path = csv_path("allreduce.csv")
     rows = _allreduce_rows(path, path.stat().st_mtime)
     table = gpu_table()
     same_link = [s for s in table.index if table.loc[s, "interconnect"] == g.interconnect]
@@ -237,8 +231,9 @@ def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
 
 
 def load_prices() -> pd.DataFrame:
-    """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer)."""
-    path = data_dir() / "prices.csv"
+    """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer; every
+    row checked by ``kvlib.data``: a positive price, a date, a source)."""
+    path = csv_path("prices.csv")
     prices = pd.read_csv(path, keep_default_na=False, dtype={"date": str})
     unknown = sorted(set(prices["gpu"]) - set(gpu_slugs()))
     if unknown:

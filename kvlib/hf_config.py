@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .checks import integer
+from .checks import integer, number, positive_integer
 from .units import HF_DTYPE_NAMES
 
 #: The most decoder layers a config may declare. Far above any published decoder (Llama-3.1-405B
@@ -112,6 +112,9 @@ READ_KEYS = frozenset({
     "mamba_ssm_dtype", "quantization_config",
     # multi-token prediction (noted as not counted)
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "use_mtp",
+    # the longest context an engine accepts (vLLM's derived max_model_len)
+    "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions",
+    "max_sequence_length", "max_seq_length", "seq_len", "rope_scaling", "rope_parameters",
 })
 
 _TRAINING = "training only (dropout, initialisation, auxiliary losses)"
@@ -128,7 +131,7 @@ IGNORED_KEYS: dict[str, str] = {
                      "ep_size", "pretraining_tp", "time_step_floor", "time_step_max",
                      "time_step_min", "time_step_init_scheme"), _TRAINING),
     **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta",
-                     "rope_scaling", "rope_parameters", "partial_rotary_factor", "rotary_dim",
+                     "partial_rotary_factor", "rotary_dim",
                      "use_mrope", "initial_context_length", "attn_logit_softcapping",
                      "final_logit_softcapping", "query_pre_attn_scalar", "swiglu_limit",
                      "routed_scaling_factor", "scoring_func", "norm_topk_prob", "n_group",
@@ -142,7 +145,7 @@ IGNORED_KEYS: dict[str, str] = {
                      "position_embedding_type"), _NUMERICS),
     **dict.fromkeys(("architectures", "transformers_version", "auto_map", "use_cache",
                      "bos_token_id", "eos_token_id", "pad_token_id", "num_logits_to_keep",
-                     "use_mamba_kernels", "prefix", "max_sequence_length", "masked_softmax_fusion",
+                     "use_mamba_kernels", "prefix", "masked_softmax_fusion",
                      "slow_but_exact"), _METADATA),
     **dict.fromkeys(("vision_config", "image_token_id", "image_token_index", "video_token_id",
                      "vision_start_token_id", "vision_end_token_id", "boi_token_index",
@@ -322,7 +325,9 @@ class Architecture:
     per norm); final_norm: a norm after the last layer (OPT may drop it); embedding_norm: a norm
     right after the embedding (BLOOM); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
     recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
-    max_position_embeddings; notes: what the parameter count leaves out.
+    max_position_embeddings; max_model_len: the longest context vLLM accepts without an
+    override (``_max_model_len``; None when the config names no length); notes: what the
+    parameter count leaves out.
     """
 
     name: str
@@ -348,6 +353,7 @@ class Architecture:
     ssm_dtype: str | None = None
     quant_method: str | None = None
     max_position_embeddings: int | None = None
+    max_model_len: int | None = None
     notes: tuple[str, ...] = ()
 
     @property
@@ -882,6 +888,40 @@ def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label
 
 # --- the reader -------------------------------------------------------------------------------
 
+#: Config keys vLLM reads a model's maximum context from, smallest wins (``ModelConfig``'s
+#: ``_get_and_verify_max_len``, vllm/config/model.py at commit 0052a5b8).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_target_positions", "max_sequence_length",
+                 "max_seq_length", "seq_len")
+
+
+def _max_model_len(c: _Fields, model_type: str) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``.
+
+    vLLM's rule: the smallest of the length keys (``model_max_length`` wins when set), times
+    the RoPE scaling ``factor`` unless the scaling type is llama3, longrope or su (YaRN starts
+    from ``original_max_position_embeddings``; Gemma-3's length is already scaled). None when
+    the config names no length: vLLM then takes transformers' class default (e.g. 131,072 for
+    Gemma-3), which kvlib does not model.
+    """
+    lengths = {key: c.opt_int(key) for key in _MAX_LEN_KEYS if c.has(key)}
+    if not lengths:
+        return None
+    derived = lengths.get("model_max_length") or min(lengths.values())
+    rope = c.get("rope_parameters") or c.get("rope_scaling")
+    if isinstance(rope, Mapping) and "gemma3" not in model_type:
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind not in ("su", "longrope", "llama3", "default", None):
+            if kind == "yarn":
+                derived = positive_integer(f"{c.model}: rope_scaling original_max_position_"
+                                           "embeddings", rope.get("original_max_position_embeddings"))
+            derived = derived * number(f"{c.model}: rope_scaling factor", rope.get("factor", 1.0),
+                                       positive=True)
+    if not math.isfinite(derived):
+        raise ValueError(f"{c.model}: the RoPE-scaled maximum context overflows a float")
+    return int(derived)
+
+
 def read_config(config: Mapping[str, Any], name: str | None = None) -> Architecture:
     """The :class:`Architecture` a Hugging Face ``config.json`` (as a dict) describes.
 
@@ -930,4 +970,4 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
-        notes=tuple(notes))
+        max_model_len=_max_model_len(c, model_type), notes=tuple(notes))

@@ -29,7 +29,6 @@ num_groups, then num_groups must equal 1").
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, Protocol, Union
 
@@ -157,7 +156,7 @@ class _TokenCache:
     def pages_per_request(self, max_model_len: int, max_num_batched_tokens: int,
                           block_size: int) -> int:
         """Pages one request of ``max_model_len`` tokens needs (``FullAttentionSpec``)."""
-        return math.ceil(max_model_len / block_size)
+        return -(-max_model_len // block_size)
 
 
 class _StateCache:
@@ -309,11 +308,11 @@ class AttentionLayer(_TokenCache):
         need not start at a page boundary. Chunked (``ChunkedLocalAttentionSpec``): one chunk
         plus one batch of new tokens."""
         if self.chunk is not None:
-            return math.ceil(min(self.chunk + max_num_batched_tokens, max_model_len) / block_size)
+            return -(-min(self.chunk + max_num_batched_tokens, max_model_len) // block_size)
         if self.window is None:
-            return math.ceil(max_model_len / block_size)
+            return -(-max_model_len // block_size)
         tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
-        return math.ceil(tokens / block_size) + 1
+        return -(-tokens // block_size) + 1
 
     def attention_flops_per_token(self, context_tokens: int, tp: int = 1,
                                   query_heads: int | None = None) -> float:

@@ -24,7 +24,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from .allocator import POLICIES, SimResult, simulate
-from .registry import data_dir
+from .data import csv_path
 from .workloads import alpaca, as_requests, sharegpt
 
 #: Shares of pool token-steps in the vLLM paper's Fig. 2 order (SimResult.pool_breakdown keys).
@@ -196,7 +196,7 @@ def simulated(quantity: str, pool_tokens: int, policy: str = "paged", *, workloa
 
 @lru_cache(maxsize=1)
 def _engine_rows() -> tuple[dict[str, str], ...]:
-    with open(data_dir() / "engine_block_sizes.csv", encoding="utf-8", newline="") as f:
+    with open(csv_path("engine_block_sizes.csv"), encoding="utf-8", newline="") as f:
         return tuple(csv.DictReader(f))
 
 

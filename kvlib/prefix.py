@@ -213,9 +213,9 @@ def read_trace_csv(path: str | Path, block_size: int) -> BlockTrace:
 def mooncake_conversation() -> BlockTrace:
     """Mooncake's FAST'25 conversation trace (12,031 requests, 512-token blocks), from
     ``data/traces/mooncake_conversation.csv``."""
-    from .registry import data_dir
+    from .data import csv_path
 
-    return read_trace_csv(data_dir() / "traces" / "mooncake_conversation.csv", MOONCAKE_BLOCK_TOKENS)
+    return read_trace_csv(csv_path("traces/mooncake_conversation.csv"), MOONCAKE_BLOCK_TOKENS)
 
 
 def _as_tokens(seq: Any, what: str) -> NDArray[np.int64]:

@@ -32,9 +32,9 @@ import pandas as pd
 from .capacity import _resolve_gpu, _resolve_model
 from .checks import integer, number, positive_integer
 from .cost import cost_per_million_tokens
+from .data import csv_path
 from .hardware import GPU
 from .model import Model
-from .registry import data_dir
 from .roofline import CALIBRATED, Efficiency, prefill_step
 
 
@@ -120,7 +120,7 @@ def break_even_bandwidth(model: Model | str, gpu: GPU | str, *, cached_tokens: i
 
 @lru_cache(maxsize=1)
 def _rows(name: str) -> tuple[dict[str, str], ...]:
-    with open(data_dir() / name, encoding="utf-8", newline="") as f:
+    with open(csv_path(name), encoding="utf-8", newline="") as f:
         return tuple(csv.DictReader(f))
 
 

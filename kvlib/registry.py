@@ -1,9 +1,7 @@
 """The model registry: real ``config.json`` files in ``data/models``, each with its source."""
 from __future__ import annotations
 
-import difflib
 import json
-import os
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -11,14 +9,10 @@ from typing import Any
 
 import pandas as pd
 
+from .data import data_dir, resolve_slug
 from .model import Model
 from .params import Checkpoint
 from .units import KIB
-
-
-def data_dir() -> Path:
-    """The ``data/`` folder: ``$KVLIB_DATA`` if set, else the one beside the package."""
-    return Path(os.environ.get("KVLIB_DATA", Path(__file__).resolve().parent.parent / "data"))
 
 
 def model_slugs() -> list[str]:
@@ -28,20 +22,32 @@ def model_slugs() -> list[str]:
 
 @lru_cache(maxsize=None)
 def _record(path: Path, mtime: float) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """The record in ``path``, checked: a JSON object with a ``config`` object and a ``source``
+    object holding a ``url`` (ValueError naming the file otherwise)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} holds a JSON {type(record).__name__}, not a registry record "
+                         '{"slug", "name", "source": {"url", ...}, "config": {...}}')
+    for key in ("source", "config"):
+        if not isinstance(record.get(key), dict):
+            raise ValueError(f"{path} has no {key!r} object (see data/models/README.md)")
+    if not isinstance(record["source"].get("url"), str) or not record["source"]["url"].strip():
+        raise ValueError(f"{path}: source has no 'url' (see data/models/README.md)")
+    return record
 
 
 def model_record(slug: str) -> dict[str, Any]:
     """The registry entry for ``slug``: ``{"slug", "name", "source", "config", ...}``.
 
-    Raises KeyError naming close matches for an unknown slug.
+    Raises KeyError naming close matches for an unknown slug, ValueError for a slug that is not
+    a plain name (``"../x"``) or a record that is not one (naming its file).
     """
+    resolve_slug("model", slug, model_slugs(), "data/models/")
     path = data_dir() / "models" / f"{slug}.json"
-    if not path.is_file():
-        close = difflib.get_close_matches(str(slug), model_slugs(), n=5, cutoff=0.5)
-        hint = f"; close matches: {', '.join(close)}" if close else ""
-        raise KeyError(f"unknown model {slug!r}{hint} (see data/models/)")
     return _record(path, path.stat().st_mtime)
 
 

@@ -37,9 +37,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from .capacity import _resolve_gpu, _resolve_model
+from .checks import integer, number, positive_integer
 from .hardware import GPU, allreduce_latency, compute_dtype_for
 from .model import Model
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
@@ -80,13 +80,10 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         for key in ("bandwidth", "kv_bandwidth", "compute"):
-            value = getattr(self, key)
-            if not (0 < value <= 1):
-                raise ValueError(f"Efficiency.{key} must be in (0, 1], got {value!r}")
+            number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
         for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s)):
             for name, value in pairs:
-                if not (math.isfinite(value) and value >= 0):
-                    raise ValueError(f"Efficiency.{label}[{name!r}] must be >= 0, got {value!r}")
+                number(f"Efficiency.{label}[{name!r}]", value, minimum=0)
         unknown = sorted(set(dict(self.block_s)) - set(BLOCK_KINDS))
         if unknown:
             raise ValueError(f"Efficiency.block_s names unknown block kinds {unknown}; "
@@ -213,9 +210,8 @@ def allreduce_time_s(gpu: GPU | str, n_gpus: int, message_bytes: float) -> float
     ``2α + 2·(n − 1)/n·M/B``. 1 GPU: 0.
     """
     g = _resolve_gpu(gpu)
-    n = _check_int("n_gpus", n_gpus)
-    if not (math.isfinite(message_bytes) and message_bytes >= 0):
-        raise ValueError(f"message_bytes must be >= 0, got {message_bytes!r}")
+    n = positive_integer("n_gpus", n_gpus)
+    number("message_bytes", message_bytes, minimum=0)
     if n == 1:
         return 0.0
     alpha = allreduce_latency(g.slug, n).seconds
@@ -281,18 +277,12 @@ class Step:
         return self.flops / self.bytes
 
 
-def _check_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
 def expected_experts(n_experts: int, experts_per_token: int, tokens: int) -> float:
     """Distinct experts a batch of ``tokens`` touches in one MoE layer, in expectation, when
     each token picks ``experts_per_token`` of ``n_experts`` uniformly: E·(1 − (1 − k/E)^B)."""
-    _check_int("n_experts", n_experts)
-    _check_int("experts_per_token", experts_per_token)
-    _check_int("tokens", tokens)
+    positive_integer("n_experts", n_experts)
+    positive_integer("experts_per_token", experts_per_token)
+    positive_integer("tokens", tokens)
     if experts_per_token > n_experts:
         raise ValueError("experts_per_token cannot exceed n_experts")
     return n_experts * (1 - (1 - experts_per_token / n_experts) ** tokens)
@@ -361,14 +351,14 @@ def step(model: Model | str, gpu: GPU | str, *, batch: int = 0, context_tokens: 
     if not isinstance(eff, Efficiency):
         raise TypeError(f"efficiency must be an Efficiency, got {type(eff)!r}")
     m, g = _resolve_model(model), _resolve_gpu(gpu)
-    b = _check_int("batch", batch, 0)
-    ctx = _check_int("context_tokens", context_tokens, 0)
-    pre = _check_int("prefill_tokens", prefill_tokens, 0)
-    tp = _check_int("n_gpus", n_gpus)
+    b = integer("batch", batch)
+    ctx = integer("context_tokens", context_tokens)
+    pre = integer("prefill_tokens", prefill_tokens)
+    tp = positive_integer("n_gpus", n_gpus)
     if b + pre == 0:
         raise ValueError("a step needs a decoding sequence (batch) or prompt tokens")
     if pre:
-        prompt = _check_int("prompt_tokens", prompt_tokens)
+        prompt = positive_integer("prompt_tokens", prompt_tokens)
     counts = _counts(m)
     tokens = b + pre
     weights = step_weight_bytes(counts, weight_dtype, tp, tokens)
@@ -407,7 +397,7 @@ def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_token
     """One decode step: ``batch`` sequences each at ``context_tokens`` cached tokens emit one
     token each, on ``n_gpus`` tensor-parallel ``gpu``s. ``efficiency=DATASHEET`` gives the
     pure roofline."""
-    _check_int("batch", batch)
+    positive_integer("batch", batch)
     return step(model, gpu, batch=batch, context_tokens=context_tokens, n_gpus=n_gpus,
                 weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
                 efficiency=efficiency)
@@ -419,8 +409,8 @@ def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_token
                  efficiency: Efficiency | None = None) -> Step:
     """One prefill step of ``batch`` prompts of ``prompt_tokens`` tokens: reads the weights
     once, writes the prompts' KV, and does 2 × active params per token plus causal attention."""
-    _check_int("batch", batch)
-    _check_int("prompt_tokens", prompt_tokens)
+    positive_integer("batch", batch)
+    positive_integer("prompt_tokens", prompt_tokens)
     return step(model, gpu, prefill_tokens=batch * prompt_tokens, prompt_tokens=prompt_tokens,
                 n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
                 efficiency=efficiency)
@@ -481,10 +471,10 @@ def serving_steps(model: Model | str, gpu: GPU | str, *, batch: int, input_token
     traffic): decodes run at the mean context, input + output ÷ 2; a prompt is prefilled in
     chunks of up to ``max_batched_tokens − batch`` tokens inside decode steps (chunked prefill).
     """
-    b = _check_int("batch", batch)
-    isl = _check_int("input_tokens", input_tokens)
-    osl = _check_int("output_tokens", output_tokens)
-    budget = _check_int("max_batched_tokens", max_batched_tokens) - b
+    b = positive_integer("batch", batch)
+    isl = positive_integer("input_tokens", input_tokens)
+    osl = positive_integer("output_tokens", output_tokens)
+    budget = positive_integer("max_batched_tokens", max_batched_tokens) - b
     if budget < 1:
         raise ValueError(f"max_batched_tokens ({max_batched_tokens}) leaves no room for prefill "
                          f"beside {b} decodes")
@@ -511,7 +501,7 @@ def generation_time_s(model: Model | str, gpu: GPU | str, *, batch: int, prompt_
                       samples: int = 16) -> float:
     """Seconds a static batch takes: one prefill of ``batch × prompt_tokens`` then
     ``output_tokens`` decode steps at growing context (integrated over ``samples`` points)."""
-    _check_int("output_tokens", output_tokens)
+    positive_integer("output_tokens", output_tokens)
     kw = dict(n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
               efficiency=efficiency)
     total = prefill_step(model, gpu, batch=batch, prompt_tokens=prompt_tokens, **kw).time_s

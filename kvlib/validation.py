@@ -16,9 +16,10 @@ import pandas as pd
 
 from . import capacity
 from .capacity import NO_OVERHEADS, VLLM, Overheads
+from .data import csv_path
 from .hardware import load_gpu
 from .params import params_for
-from .registry import data_dir, load_model
+from .registry import load_model
 from .units import GIB
 
 # --- memory ---------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def memory_validation(overheads: Overheads = VLLM) -> pd.DataFrame:
                                                            base["tp"], row["kv_cache_dtype"] or "bf16",
                                                            1 if row["engine"] == "sglang" else 16)),
                          "logged": logged_t})
-    extra = pd.read_csv(data_dir() / "validation" / "engine_logs.csv", dtype=str,
+    extra = pd.read_csv(csv_path("validation/engine_logs.csv"), dtype=str,
                         keep_default_na=False)
     for _, row in extra.iterrows():
         base = {"id": row["id"], "model": row["model_slug"], "gpu": row["gpu_slug"],

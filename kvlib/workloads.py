@@ -18,13 +18,13 @@ from functools import cache, lru_cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .registry import data_dir
+from .data import csv_path
 
 
 @lru_cache(maxsize=1)
 def published_stats() -> dict[tuple[str, str], float]:
     """``{(name, stat): value}`` from ``data/workloads.csv`` (e.g. ``("sharegpt", "mean_output_tokens")``)."""
-    with open(data_dir() / "workloads.csv", encoding="utf-8", newline="") as f:
+    with open(csv_path("workloads.csv"), encoding="utf-8", newline="") as f:
         return {(row["name"], row["stat"]): float(row["value"]) for row in csv.DictReader(f)}
 
 

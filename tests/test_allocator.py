@@ -308,6 +308,10 @@ def test_prefix_reuse_lost():
     ({"arrival_steps": [-1]}, "arrival_steps"),
     ({"max_batch": 0}, "max_batch"),
     ({"pool_tokens": 1024.0}, "pool_tokens must be an integer"),
+    ({"block_size": 10**9, "pool_tokens": 2 * 10**9}, "block_size must be <= 65,536"),
+    ({"requests": [[2**62, 2**62]], "pool_tokens": 2**64},
+     "request 0 has more than 4,503,599,627,370,496 prompt or output tokens"),
+    ({"block_size": np.float64(16)}, "block_size must be an integer"),
     ({"arrival_rate": "fast"}, "arrival rate"),
     ({"allocator": "slab", "policy": "reserve_oracle"}, "unknown allocator"),
     ({"allocator": "buddy"}, "paged blocks need none"),
@@ -619,3 +623,20 @@ def test_paged_beats_reservation_on_sharegpt():
             for p in POLICIES}
     assert util["reserve_max"] < util["reserve_pow2"] < util["reserve_oracle"] < util["paged"]
     assert util["paged"] > 0.95
+
+
+def test_numpy_integer_arguments_are_integers():
+    args = {"requests": [[10, 10], [30, 5]], "policy": "paged"}
+    assert simulate(**args, pool_tokens=np.int64(1024), block_size=np.int32(16)) == \
+        simulate(**args, pool_tokens=1024, block_size=16)
+
+
+def test_huge_requests_are_summed_exactly():
+    """2⁵² + 2⁵² tokens: every token-step sum exceeds int64 and is kept in Python ints."""
+    p = o = 2**52
+    res = simulate([[p, o]], pool_tokens=2**53, policy="reserve_oracle")
+    # holds p, p+1, …, p+o tokens over o+1 steps: Σ = (o+1)(2p+o)/2; reserved (p+o)(o+1)
+    assert res.steps == o + 1 and res.token_steps == o + 1
+    assert res.token_utilization == ((o + 1) * (2 * p + o) // 2) / ((p + o) * (o + 1))  # 0.75
+    paged = simulate([[p, o]], pool_tokens=2**53, policy="paged", block_size=16)
+    assert paged.steps == o + 1 and paged.internal_waste == 0.0  # 2⁵³ is a multiple of 16

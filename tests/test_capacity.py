@@ -168,3 +168,43 @@ def test_log_pool_rejects_unpredictable_logs():
         capacity.log_pool("el03")
     with pytest.raises(KeyError):
         capacity.log_pool("el99")
+
+
+def test_arguments_numpy_integers_and_floats_are_numbers():
+    import numpy as np
+
+    base = kv_pool("llama-3.1-8b", "h100-sxm", n_gpus=1, max_num_batched_tokens=8192)
+    same = kv_pool("llama-3.1-8b", "h100-sxm", n_gpus=np.int64(1),
+                   gpu_memory_utilization=np.float32(0.9), max_num_batched_tokens=np.int32(8192))
+    assert same.num_blocks == base.num_blocks
+    assert base.max_concurrency(np.int64(8192)) == base.max_concurrency(8192)
+    with pytest.raises(ValueError, match="weights_bytes_per_gpu must be >= 0, got -5"):
+        kv_pool("llama-3.1-8b", "h100-sxm", weights_bytes_per_gpu=-5)
+    with pytest.raises(ValueError, match="weights_bytes_per_gpu must be an integer"):
+        kv_pool("llama-3.1-8b", "h100-sxm", weights_bytes_per_gpu=1.5)
+    with pytest.raises(ValueError, match="n_gpus must be an integer"):
+        kv_pool("llama-3.1-8b", "h100-sxm", n_gpus=np.float64(1.0))
+    with pytest.raises(ValueError, match="gpu_memory_utilization must be finite"):
+        kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=float("nan"))
+
+
+@pytest.mark.parametrize("slug,limit", [
+    ("llama-3.1-8b", 131_072),   # max_position_embeddings; rope_type llama3 is not rescaled
+    ("deepseek-v3", 163_840),    # YaRN: original_max_position_embeddings 4,096 × factor 40
+    ("gpt-oss-120b", 131_072),   # YaRN: 4,096 × 32
+    ("qwen3-8b", 40_960),        # max_position_embeddings, no RoPE scaling
+    ("llama-65b", 2_048),        # max_sequence_length
+    ("gemma-3-27b", None),       # no length key in the config: transformers' default, not modelled
+])
+def test_derived_max_model_len_follows_vllm(slug, limit):
+    assert capacity.derived_max_model_len(kvlib.load_model(slug)) == limit
+
+
+def test_max_model_len_past_the_model_is_refused_unless_allowed():
+    with pytest.raises(ValueError, match="10,000,000 tokens exceed Llama-3.1-8B's maximum"):
+        kv_pool("llama-3.1-8b", "h100-sxm", max_model_len=10_000_000)
+    pool = kv_pool("llama-3.1-8b", "h100-sxm", max_model_len=10_000_000,
+                   allow_long_max_model_len=True)
+    assert pool == kv_pool("llama-3.1-8b", "h100-sxm", max_model_len=131_072)
+    # a context of 10⁴⁰ tokens needs ⌈10⁴⁰ / 16⌉ blocks: integer arithmetic, no float overflow
+    assert pool.blocks_per_request(10**40) == 10**40 // 16

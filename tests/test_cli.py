@@ -1,15 +1,35 @@
-"""The ``kvlib`` command line, driven as a subprocess."""
+"""The ``kvlib`` command line: answers, and one-line refusals with exit status 2.
+
+Driven in-process (``kvlib.cli.main``) for speed; the few behaviours that need a real process
+(the console script, ``python -m kvlib``, a reader closing the pipe) run as subprocesses.
+"""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from kvlib.cli import main
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kvlib", *args], capture_output=True, text=True)
+ROOT = Path(__file__).resolve().parent.parent
+KVLIB = Path(sys.executable).parent / "kvlib"
+
+
+class Run:
+    def __init__(self, args: tuple[str, ...]) -> None:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            self.returncode = main(list(args))
+        self.stdout, self.stderr = out.getvalue(), err.getvalue()
+
+
+def run(*args: str) -> Run:
+    return Run(args)
 
 
 def test_kv_table_and_json():
@@ -20,6 +40,17 @@ def test_kv_table_and_json():
     assert "8.000 GiB" in out.stdout
     data = json.loads(run("kv", "llama-3.1-8b", "--tokens", "10", "--json").stdout)
     assert data["kv_bytes_per_token"] == 131_072 and data["kv_bytes"] == 1_310_720
+
+
+def test_kv_of_a_huge_token_count_is_exact():
+    tokens = 99999999999999999999999999999999  # 10³² − 1
+    data = json.loads(run("kv", "llama-3.1-8b", "--tokens", str(tokens), "--json").stdout)
+    # 131,072 bytes per token × (10³² − 1) tokens, in integers: no float anywhere on the path
+    assert data["kv_bytes"] == 131_072 * tokens == 13_107_199_999_999_999_999_999_999_999_999_868_928
+    text = run("kv", "llama-3.1-8b", "--tokens", str(tokens)).stdout
+    assert "13,107,199,999,999,999,999,999,999,999,999,868,928 bytes" in text
+    # ÷ 2³⁰ = 12,207,031,249,999,999,999,999,999,999.999876… GiB, rounded to 3 places
+    assert "= 12,207,031,250,000,000,000,000,000,000.000 GiB" in text
 
 
 def test_kv_reads_a_config_file(tmp_path):
@@ -102,6 +133,18 @@ def test_fit_tensor_parallel_and_no_fit():
         "fits"] is False
 
 
+def test_fit_refuses_a_context_past_the_models_maximum_unless_overridden():
+    # Llama-3.1-8B's config: max_position_embeddings 131,072 (rope_type llama3: not rescaled)
+    out = run("fit", "llama-3.1-8b", "h100-sxm", "--context", "10000000")
+    assert out.returncode == 2
+    assert "10,000,000 tokens exceed Llama-3.1-8B's maximum context of 131,072" in out.stderr
+    assert run("fit", "llama-3.1-8b", "h100-sxm", "--context", "131072").returncode == 0
+    data = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--context", "10000000",
+                          "--allow-long-context", "--json").stdout)
+    # 421,120 pool tokens ÷ 10,000,000 tokens per request (625,000 blocks of 16)
+    assert data["fits"] is False and data["max_concurrency"] == 26_320 / 625_000
+
+
 def test_cost_by_hand():
     out = run("cost", "--price", "2.90", "--tps", "1000")
     assert out.returncode == 0, out.stderr
@@ -111,24 +154,35 @@ def test_cost_by_hand():
     assert data["dollars_per_million_tokens"] == pytest.approx(8 / (250 * 3600) * 1e6)  # $8.89
 
 
+def test_version():
+    from importlib.metadata import version
+
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"kvlib {version('kvlib')}"
+
+
 @pytest.mark.parametrize("args,needle", [
     (("fit", "llama-3.1-8b", "h100"), "unknown GPU 'h100'; close matches"),
     (("fit", "llama-3.1-8b"), "required: gpu"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--util", "1.5"), "gpu_memory_utilization must be in (0, 1]"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--util", "abc"), "invalid float value"),
-    (("fit", "llama-3.1-8b", "h100-sxm", "--context", "0"), "context_tokens must be a positive"),
-    (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "0"), "n_gpus must be a positive"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--util", "nan"), "gpu_memory_utilization must be finite"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--context", "0"), "context_tokens must be >= 1"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "0"), "n_gpus must be >= 1"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "3"), "cannot be split across tp=3"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--kv-dtype", "bf8"), "unknown dtype 'bf8'"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--weight-dtype", "int3"), "unknown weight format"),
     (("cost", "--price", "0", "--tps", "1"), "dollars_per_hour must be positive"),
     (("cost", "--price", "2", "--tps", "-5"), "tokens_per_second must be positive"),
-    (("cost", "--price", "nan", "--tps", "5"), "dollars_per_hour must be positive and finite"),
+    (("cost", "--price", "nan", "--tps", "5"), "dollars_per_hour must be finite"),
     (("cost", "--tps", "5"), "required: --price"),
     (("cost", "--price", "2"), "either --tps or a model"),
     (("cost", "llama-3.1-8b", "--price", "2"), "required: gpu"),
     (("cost", "llama-3.1-70b", "h100-sxm", "--price", "2"), "does not fit"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--output-tokens", "9000"), "--output-tokens"),
+    # $10³⁰⁸/h ÷ (10⁻³⁰⁸ tok/s × 3,600) overflows a float: refused, never "Infinity" in JSON
+    (("cost", "--price", "1e308", "--tps", "1e-308", "--json"), "too large to represent"),
+    (("cost", "--price", "1e-308", "--tps", "1e308"), "too small to represent"),
 ])
 def test_fit_and_cost_bad_input_exits_2_with_one_line(args, needle):
     test_bad_input_exits_2_with_one_line(args, needle)
@@ -140,6 +194,9 @@ def test_fit_and_cost_bad_input_exits_2_with_one_line(args, needle):
     (("kv", "llama-3.1-8b", "--dtype", "bf8"), "unknown dtype"),
     (("kv", "llama-3.1-8b", "--tokens", "x"), "invalid int value"),
     (("kv", "/nonexistent/config.json"), "no such config file"),
+    (("kv", "a" * 300), "must be a plain name"),  # longer than a file name may be
+    (("kv", "../../x"), "must be a plain name"),  # a slug is never a path
+    (("kv", "line\nbreak"), "must be a plain name"),
     (("recheck", "zz99"), "unknown claim"),
     (("frobnicate",), "invalid choice"),
 ])
@@ -147,10 +204,35 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     out = run(*args)
     assert out.returncode == 2
     assert out.stdout == ""
-    lines = out.stderr.strip().splitlines()
+    lines = out.stderr.splitlines()
     assert len(lines) == 1 and needle in lines[0], out.stderr
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path):
+    (tmp_path / "dir.json").mkdir()
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "latin1.json").write_bytes(b'{"name": "\xe9"}')
+    for name, needle in (("dir.json", "no such config file"), ("bad.json", "is not valid JSON"),
+                         ("latin1.json", "cannot read")):
+        test_bad_input_exits_2_with_one_line(("kv", str(tmp_path / name)), needle)
 
 
 def test_help_has_examples():
     out = run("--help")
     assert out.returncode == 0 and "kvlib fit llama-3.1-8b h100-sxm" in out.stdout
+
+
+def test_the_installed_command_and_python_dash_m():
+    """The console script and ``python -m kvlib`` are the same program; a reader that closes
+    the pipe early (``kvlib models | head -1``) ends it quietly with status 0."""
+    script = subprocess.run([str(KVLIB), "--version"], capture_output=True, text=True)
+    assert script.returncode == 0 and script.stdout.startswith("kvlib ")
+    module = subprocess.run([sys.executable, "-m", "kvlib", "kv", "nope"], capture_output=True,
+                            text=True)
+    assert module.returncode == 2 and module.stderr.count("\n") == 1
+    for reader, shown in (("head -1", 1), ("true", 0)):  # true exits before kvlib writes
+        piped = subprocess.run(["bash", "-c", f"'{KVLIB}' models | {reader}; "
+                                "echo \"status ${PIPESTATUS[0]}\""], capture_output=True, text=True)
+        lines = piped.stdout.splitlines()
+        assert len(lines) == shown + 1 and lines[-1] == "status 0", piped.stdout
+        assert piped.stderr == "", piped.stderr

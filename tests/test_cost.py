@@ -43,3 +43,17 @@ def test_bad_inputs_name_the_argument(bad):
         kvlib.cost_per_million_tokens(2.9, bad)
     with pytest.raises(ValueError, match="dollars_per_million"):
         kvlib.tokens_per_second_for_cost(2.9, bad)
+
+
+def test_numpy_numbers_pass_and_results_beyond_a_float_are_refused():
+    import numpy as np
+
+    # $2.90 ÷ (1,000 tok/s × 3,600 s) × 10⁶ = $0.8056 per 1M tokens, numpy or not
+    assert kvlib.cost_per_million_tokens(np.float32(2.5), np.int64(1000)) == \
+        kvlib.cost_per_million_tokens(2.5, 1000)
+    with pytest.raises(ValueError, match="dollars_per_million_tokens is too large"):
+        kvlib.cost_per_million_tokens(1e308, 1e-308)  # 10³⁰⁸ ÷ 3.6×10⁻³⁰⁵ × 10⁶ = ∞
+    with pytest.raises(ValueError, match="dollars_per_million_tokens is too small"):
+        kvlib.cost_per_million_tokens(1e-308, 1e308)  # underflows to 0
+    with pytest.raises(ValueError, match="dollars_per_hour is too large"):
+        dollars_per_hour_for_cost(1e300, 1e300)

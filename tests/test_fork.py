@@ -1,77 +1,37 @@
-"""The "Fork this book" page (book/fork.md): every command block on it, run as written.
+"""The "Fork this book" page (book/fork.md): every command on it, run as written.
 
-The blocks run in a scratch copy of the repository (the data and the book folder copied, the
-virtual environment, chapters and node_modules linked), so nothing in the checkout changes.
-The rebuild step needs every other chapter executed: it takes them from the session's book
-build (``built_book``; ``KVLIB_BUILT_BOOK=<html folder>`` reuses an existing build).
+The commands run in a scratch copy of the repository (``clone``: data and the book folder
+copied, the virtual environment and chapters linked), so nothing in the checkout changes. The
+rebuild step needs every other chapter executed: it takes them from the session's execution.
+``test_every_command_on_the_page_is_run`` fails when the page gains a command no test runs.
 """
 from __future__ import annotations
 
 import json
-import os
+import math
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
-import pytest
+
+import kvlib
+from doc_commands import all_commands, commands, inline_commands, make_recipe, named_blocks, sh
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "book" / "fork.md"
 CH4_PARAMETERS = ("model", "gpu", "dollars_per_hour", "context_tokens", "output_tokens",
                   "gpu_memory_utilization", "weight_dtype", "kv_dtype")
+ANSWER_RERUN = ".venv/bin/python book/pipeline.py 00_answer -p model my-model -p models"
+#: Inline commands the page names whose run is a Makefile target: each is checked to be the
+#: same command as one run here, or (make install / make book) is what `make test` runs.
+MAKE_TARGETS = {"make install", "make book", "make html"}
 
 
 def blocks() -> dict[str, str]:
-    """Every named bash block of fork.md: name → text."""
-    text = FORK.read_text(encoding="utf-8")
-    found = re.findall(r"```\{code-block\} bash\n:name: (\S+)\n\n(.*?)```", text, flags=re.S)
-    return dict(found)
-
-
-def commands(block: str) -> list[str]:
-    """The shell commands of a block, backslash continuations and here-documents kept whole."""
-    out: list[str] = []
-    lines = block.rstrip("\n").split("\n")
-    i = 0
-    while i < len(lines):
-        cmd = lines[i]
-        while cmd.endswith("\\"):
-            i += 1
-            cmd = cmd[:-1] + lines[i].lstrip()
-        heredoc = re.search(r"<<'(\w+)'", cmd)
-        if heredoc:
-            while lines[i] != heredoc.group(1):
-                i += 1
-                cmd += "\n" + lines[i]
-        out.append(cmd)
-        i += 1
-    return out
-
-
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory) -> Path:
-    """A scratch repository: data/ and book/ copied (build products left out), the rest linked."""
-    repo = tmp_path_factory.mktemp("fork") / "repo"
-    repo.mkdir()
-    shutil.copytree(ROOT / "data", repo / "data")
-    shutil.copytree(ROOT / "book", repo / "book",
-                    ignore=shutil.ignore_patterns("_build", "chapters", "vendor"))
-    for name in (".venv", "chapters", "node_modules"):
-        (repo / name).symlink_to(ROOT / name)
-    return repo
-
-
-def sh(clone: Path, command: str, data: bool = True) -> subprocess.CompletedProcess:
-    """Run one command of the page in the clone, with ``KVLIB_DATA`` exported as step 0 does."""
-    env = {k: v for k, v in os.environ.items() if k != "KVLIB_DATA"}
-    if data:
-        env["KVLIB_DATA"] = str(clone / "my-data")
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=clone, env=env,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
+    return named_blocks(FORK)
 
 
 def glued(notebook: Path, name: str) -> str:
@@ -84,6 +44,15 @@ def glued(notebook: Path, name: str) -> str:
     raise KeyError(f"{notebook.name} glues no {name!r}")
 
 
+def test_every_command_on_the_page_is_run():
+    named = [c for block in blocks().values() for c in commands(block)]
+    inline = inline_commands(FORK)
+    assert set(all_commands(FORK)) == set(named) | set(inline), "a command in an unnamed block"
+    handled = MAKE_TARGETS | {"unset KVLIB_DATA"}
+    unhandled = [c for c in inline if c not in handled and not c.startswith(ANSWER_RERUN)]
+    assert not unhandled, f"commands on book/fork.md that no test runs: {unhandled}"
+
+
 def test_the_page_is_in_the_book_and_names_chapter_fours_parameters():
     assert "- file: fork" in (ROOT / "book" / "_toc.yml").read_text()
     assert set(blocks()) == {"fork-copy", "fork-prices", "fork-model", "fork-rerun",
@@ -94,7 +63,17 @@ def test_the_page_is_in_the_book_and_names_chapter_fours_parameters():
     assert tuple(assigned) == CH4_PARAMETERS, "book/fork.md lists chapter 4's parameters"
     page = FORK.read_text(encoding="utf-8")
     assert all(f"`{name}`" in page for name in CH4_PARAMETERS)
-    assert ".venv/bin/python book/pipeline.py 04_cost -p dollars_per_hour 2.5" in page
+
+
+def test_the_make_targets_it_names_are_its_commands():
+    """`make html` is the rebuild command; `make book` is `make execute` (pipeline.py, every
+    chapter) then `make html` — the two steps the session's ``executed_book`` and
+    ``built_book`` run; `make install` is what `make test` (this run) starts with."""
+    (rebuild,) = commands(blocks()["fork-rebuild"])
+    assert make_recipe("html") == (["install"], [rebuild])
+    assert make_recipe("book") == (["execute", "html"], [])
+    assert make_recipe("execute") == (["install"], [".venv/bin/python book/pipeline.py"])
+    assert "install" in make_recipe("test")[0]
 
 
 def test_step0_copy_of_the_data(clone):
@@ -124,13 +103,16 @@ def test_step1_prices(clone):
     assert (low, high) == (1.49, 12.29)  # 1.85 lies inside the listed range
     assert (ROOT / "data" / "prices.csv").read_bytes() == before, "the checkout is untouched"
     # a row naming an unknown GPU is refused, with the reason
-    (clone / "my-data" / "prices.csv").open("a").write("h900,X,Y,on-demand,1.0,2026-11,,\n")
-    refused = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", "import kvlib; kvlib.load_prices()"],
-                             cwd=clone, env={**os.environ, "KVLIB_DATA": str(clone / "my-data")},
-                             capture_output=True, text=True)
+    prices = clone / "my-data" / "prices.csv"
+    kept = prices.read_text()
+    prices.write_text(kept + "h900,X,Y,on-demand,1.0,2026-11,,a quote\n")
+    try:
+        refused = subprocess.run([sys.executable, "-c", "import kvlib; kvlib.load_prices()"],
+                                 cwd=clone, env={"KVLIB_DATA": str(clone / "my-data")},
+                                 capture_output=True, text=True)
+    finally:
+        prices.write_text(kept)
     assert refused.returncode != 0 and "missing from data/gpus.csv: ['h900']" in refused.stderr
-    lines = (clone / "my-data" / "prices.csv").read_text().splitlines()
-    (clone / "my-data" / "prices.csv").write_text("\n".join(lines[:-1]) + "\n")
 
 
 def _write_config(clone: Path) -> None:
@@ -160,18 +142,38 @@ def _ensure_model(clone: Path) -> None:
         test_step2_model_from_config(clone)
 
 
-def test_step3_rerun_one_chapter(clone):
+def test_unset_brings_the_published_data_back(clone):
+    _ensure_model(clone)
+    (unset,) = [c for c in inline_commands(FORK) if c.startswith("unset")]
+    listed = sh(clone, f"{unset}; .venv/bin/kvlib models").stdout
+    assert "my-model" not in listed and "llama-3.1-8b" in listed
+
+
+def test_step3_rerun_one_chapter(clone, monkeypatch):
+    """Chapter 4 at another price, then for the reader's model on another GPU and context:
+    every figure follows its parameters, and the article's own figures do not move."""
     _ensure_model(clone)
     executed = clone / "book" / "chapters" / "04_cost.ipynb"
     cheaper, mine = commands(blocks()["fork-rerun"])
     assert json.loads(sh(clone, cheaper).stdout)["parameters"] == {"dollars_per_hour": 2.5}
-    assert glued(executed, "c4_price") == "2.5"
-    first = executed.read_bytes()
+    assert float(glued(executed, "c4_price")) == 2.5
+    tps = float(glued(executed, "c4_best_tps"))
+    assert math.isclose(float(glued(executed, "c4_best_cost")),
+                        kvlib.cost_per_million_tokens(2.5, tps), rel_tol=1e-12)
+    assert '\\"value\\":2.5' in executed.read_text(), "the price slider opens at $2.50"
     sh(clone, mine)
-    assert glued(executed, "c4_my_model") == "'My-Model'"
-    assert glued(executed, "c4_price") == "2.9"  # back to the published price
-    sh(clone, cheaper)
-    assert executed.read_bytes() == first, "pipeline.py reruns are byte-identical"
+    glue = {name: glued(executed, name) for name in (
+        "c4_my_model", "c4_gpu", "c4_price", "c4_my_context", "c4_my_tokens", "c4_my_conc",
+        "c4_a_tokens")}
+    assert glue["c4_my_model"] == "'My-Model'" and glue["c4_gpu"] == "'h200'"
+    assert float(glue["c4_price"]) == 2.9 and int(glue["c4_my_context"]) == 32768
+    # the pool follows the GPU: an H200 holds more of the reader's model than an H100
+    monkeypatch.setenv("KVLIB_DATA", str(clone / "my-data"))
+    h200, h100 = kvlib.kv_pool("my-model", "h200"), kvlib.kv_pool("my-model", "h100-sxm")
+    assert int(glue["c4_my_tokens"]) == h200.tokens > h100.tokens
+    assert math.isclose(float(glue["c4_my_conc"]), h200.max_concurrency(32768))
+    # the article's own figures (Llama-3.1-8B on an H100) do not move with the parameters
+    assert int(glue["c4_a_tokens"]) == kvlib.kv_pool("llama-3.1-8b", "h100-sxm").tokens
 
 
 def test_step3_with_papermill_itself(clone):
@@ -186,15 +188,26 @@ def test_step3_with_papermill_itself(clone):
     assert len(injected) == 1 and "dollars_per_hour = 2.5" in injected[0].source
 
 
-def test_step4_rebuild(clone, built_book):
+def test_your_model_in_the_landing_pages_chart(clone):
+    """The page's one-line rerun of the landing page with the reader's model: both chosen
+    models fit everywhere, and the chapter says so in words. Run with a *relative*
+    ``KVLIB_DATA=my-data``: the chapter's kernel works in chapters/ yet reads the clone's
+    my-data, the only place my-model exists."""
+    _ensure_model(clone)
+    (rerun,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
+    sh(clone, rerun, data="my-data")
+    executed = clone / "book" / "chapters" / "00_answer.ipynb"
+    assert glued(executed, "a_model") == "'My-Model'" and glued(executed, "a_n_models") == "2"
+    assert glued(executed, "a_fit_words") == "'every one of them fits'"
+
+
+def test_step4_rebuild(clone, executed_book):
     """The rebuild command, verbatim, on the clone: chapter 4 rerun at $2.50 (step 3), every
-    other chapter as the session's build executed it."""
+    other chapter as the session executed it."""
     executed = clone / "book" / "chapters" / "04_cost.ipynb"
     if not executed.is_file() or glued(executed, "c4_price") != "2.5":
         test_step3_with_papermill_itself(clone)
-    # the notebooks that build rendered (Sphinx keeps a copy of each source beside the HTML)
-    sources = built_book / "_sources" / "chapters"
-    for nb in (sources if sources.is_dir() else ROOT / "book" / "chapters").glob("*.ipynb"):
+    for nb in executed_book.glob("*.ipynb"):
         if nb.name != "04_cost.ipynb":
             shutil.copy(nb, clone / "book" / "chapters" / nb.name)
     (rebuild,) = commands(blocks()["fork-rebuild"])
@@ -202,3 +215,4 @@ def test_step4_rebuild(clone, built_book):
     page = (clone / "book" / "_build" / "html" / "chapters" / "04_cost.html").read_text()
     assert "dollars_per_hour</span> <span class=\"o\">=</span> <span class=\"mf\">2.5" in page
     assert (clone / "book" / "_build" / "html" / "index.html").is_file()
+

@@ -12,7 +12,7 @@ import pytest
 import kvlib
 from kvlib import recheck
 from kvlib.recheck import COMPUTATIONS, ERROR, VERDICTS, judge, precision
-from kvlib.units import GIB, KIB
+from kvlib.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = "id,claim,source,section,quantity,claimed,unit,computation,inputs,notes"

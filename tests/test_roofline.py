@@ -252,3 +252,15 @@ def test_bad_inputs():
     with pytest.raises(TypeError):
         decode_step("llama-3.1-8b", "h100-sxm", batch=1, context_tokens=1, efficiency=0.5)
     assert math.isfinite(allreduce_time_s("b200", 2, 0.0))
+
+
+def test_numpy_integers_are_integers_and_numpy_floats_numbers():
+    import numpy as np
+
+    step = decode_step("llama-3.1-8b", "h100-sxm", batch=np.int64(8), context_tokens=np.int32(1024))
+    assert step == decode_step("llama-3.1-8b", "h100-sxm", batch=8, context_tokens=1024)
+    with pytest.raises(ValueError, match="batch must be an integer"):
+        decode_step("llama-3.1-8b", "h100-sxm", batch=np.float64(8.0), context_tokens=1024)
+    assert Efficiency("x", bandwidth=np.float32(0.5)).bandwidth == 0.5
+    with pytest.raises(ValueError, match=r"Efficiency.block_s\['mla'\] must be finite"):
+        Efficiency("x", block_s=(("mla", float("inf")),))

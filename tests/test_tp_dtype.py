@@ -220,7 +220,7 @@ def test_plain_dtype_is_the_unscaled_format(slug):
 @given(st.integers(1, 64), st.sampled_from([64, 96, 128, 256]), st.integers(1, 4))
 def test_scales_never_shrink_a_format(kv_heads, head_dim, layers):
     m = kvlib.model_from_layers("p", [AttentionLayer(kv_heads, head_dim)] * layers)
-    for name, fmt in quant.FORMATS.items():
+    for fmt in quant.FORMATS.values():
         if fmt.mla_only:
             continue
         data = m.kv_bytes_per_token(fmt) - m.kv_scale_bytes_per_token(fmt)
