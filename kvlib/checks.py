@@ -12,9 +12,12 @@ import operator
 
 def integer(name: str, value: object, minimum: int | None = 0, maximum: int | None = None) -> int:
     """``value`` as a Python int within [minimum, maximum] (either bound may be None)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is int:  # the common case, without the abstract-class check
+        result = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    result = operator.index(value)
+    else:
+        result = operator.index(value)
     if minimum is not None and result < minimum:
         raise ValueError(f"{name} must be >= {minimum:,}, got {result:,}")
     if maximum is not None and result > maximum:

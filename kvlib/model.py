@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .hf_config import Architecture, read_config
@@ -49,6 +50,12 @@ class Model:
             if dtype is not None:
                 dtype_bits(dtype)
 
+    @cached_property
+    def distinct_layers(self) -> tuple[tuple[AnyLayer, int], ...]:
+        """Each distinct layer once, with how many decoder layers it stands for (in order of
+        first appearance): sums over the stack multiply instead of repeating equal layers."""
+        return tuple(Counter(self.layers).items())
+
     # --- the public arithmetic -------------------------------------------------------------
     def kv_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
         """Bytes one GPU adds per token while the context is shorter than every window.
@@ -60,18 +67,18 @@ class Model:
         """
         fmt = kv_format(dtype)
         tp = self.check_tp(tp)
-        return sum(layer.bytes_per_token(fmt, tp) for layer in self.layers)
+        return sum(n * layer.bytes_per_token(fmt, tp) for layer, n in self.distinct_layers)
 
     def kv_scale_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
         """The part of :meth:`kv_bytes_per_token` that is scales and zero points."""
         fmt = kv_format(dtype)
         tp = self.check_tp(tp)
-        return sum(layer.scale_bytes_per_token(fmt, tp) for layer in self.layers)
+        return sum(n * layer.scale_bytes_per_token(fmt, tp) for layer, n in self.distinct_layers)
 
     def kv_elements_per_token(self, tp: int = 1) -> int:
         """Elements one GPU adds per token (K and V, or latent + RoPE key), before any format."""
         tp = self.check_tp(tp)
-        return sum(layer.elements_per_token(tp) for layer in self.layers)
+        return sum(n * layer.elements_per_token(tp) for layer, n in self.distinct_layers)
 
     def state_dtypes(self, state_dtype: str | None = None) -> tuple[str, str]:
         """(conv dtype, recurrent-state dtype) of the recurrent layers: by default the conv state
@@ -90,15 +97,16 @@ class Model:
     @property
     def has_state(self) -> bool:
         """Whether some layer keeps constant per-sequence (recurrent) state."""
-        return any(layer.cache_kind == "state" for layer in self.layers)
+        return any(layer.cache_kind == "state" for layer, _ in self.distinct_layers)
 
     def state_bytes(self, state_dtype: str | None = None, tp: int = 1) -> int:
         """Constant per-sequence state of the recurrent layers on one GPU, in bytes
         (dtypes as in :meth:`state_dtypes`)."""
         if not self.has_state:
-            return sum(layer.state_bytes(tp) for layer in self.layers)  # 0; validates tp
+            return sum(n * layer.state_bytes(tp) for layer, n in self.distinct_layers)  # 0; validates tp
         conv_dtype, ssm_dtype = self.state_dtypes(state_dtype)
-        return sum(layer.state_bytes(tp, conv_dtype, ssm_dtype) for layer in self.layers)
+        return sum(n * layer.state_bytes(tp, conv_dtype, ssm_dtype)
+                   for layer, n in self.distinct_layers)
 
     def kv_bytes(self, n_tokens: int, dtype: FormatLike = "bf16", tp: int = 1,
                  state_dtype: str | None = None) -> int:
@@ -112,8 +120,8 @@ class Model:
         n = integer("n_tokens", n_tokens, 0)
         fmt = kv_format(dtype)
         tp = self.check_tp(tp)
-        per_token = sum(layer.bytes_per_token(fmt, tp) * layer.tokens_held(n)
-                        for layer in self.layers)
+        per_token = sum(count * layer.bytes_per_token(fmt, tp) * layer.tokens_held(n)
+                        for layer, count in self.distinct_layers)
         return per_token + (self.state_bytes(state_dtype, tp) if n > 0 else 0)
 
     def check_tp(self, tp: int) -> int:
@@ -124,7 +132,7 @@ class Model:
         if self.n_heads is not None and self.n_heads % tp:
             raise ValueError(f"model {self.name!r}: {self.n_heads} query heads cannot be split "
                              f"across tp={tp} GPUs: tp must divide them")
-        for layer in {id(layer): layer for layer in self.layers}.values():
+        for layer, _ in self.distinct_layers:
             try:
                 layer.elements_per_token(tp)
                 layer.state_elements(tp)

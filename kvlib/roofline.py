@@ -321,8 +321,8 @@ def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) ->
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
     d_v) per cached token, windows capped; MLA in its absorbed latent form, d_k = r + d_R,
     d_v = r; recurrent layers ≈ 4 FLOPs per state element)."""
-    return sum(layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
-               for layer in model.layers)
+    return sum(n * layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
+               for layer, n in model.distinct_layers)
 
 
 def _compute_dtype(weight_dtype: str | Mapping[str, str]) -> str:
