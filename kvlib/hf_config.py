@@ -37,10 +37,12 @@ Mixer = Literal["full", "sliding", "chunked", "mla", "mamba1", "mamba2", "gated_
 FeedForwardKind = Literal["dense", "moe", "none"]
 
 #: transformers class defaults for fields some published configs omit: Gemma-3's text config has
-#: no ``vocab_size`` (``Gemma3TextConfig``: 262,208) and no ``hidden_activation``
+#: no ``vocab_size`` (``Gemma3TextConfig``: 262,208), no ``hidden_activation`` and no
+#: ``max_position_embeddings`` (131,072, which vLLM then reads from the loaded config)
 #: (transformers 5.24.0, models/gemma3/configuration_gemma3.py).
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131_072},
 }
 
 _LAYER_TYPE_NAMES: dict[str, Mixer] = {
@@ -901,8 +903,10 @@ def _max_model_len(c: _Fields, model_type: str) -> int | None:
     vLLM's rule: the smallest of the length keys (``model_max_length`` wins when set), times
     the RoPE scaling ``factor`` unless the scaling type is llama3, longrope or su (YaRN starts
     from ``original_max_position_embeddings``; Gemma-3's length is already scaled). None when
-    the config names no length: vLLM then takes transformers' class default (e.g. 131,072 for
-    Gemma-3), which kvlib does not model.
+    the config names no length even after transformers' class defaults (Falcon-7B's
+    RefinedWebModel config): vLLM then assumes 2,048 tokens when no ``max_model_len`` is given
+    and accepts any ``max_model_len`` that is given (``_get_and_verify_max_len`` in
+    vllm/config/model.py, 0.33.0), so kvlib sets no limit.
     """
     lengths = {key: c.opt_int(key) for key in _MAX_LEN_KEYS if c.has(key)}
     if not lengths:

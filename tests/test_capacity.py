@@ -194,7 +194,8 @@ def test_arguments_numpy_integers_and_floats_are_numbers():
     ("gpt-oss-120b", 131_072),   # YaRN: 4,096 × 32
     ("qwen3-8b", 40_960),        # max_position_embeddings, no RoPE scaling
     ("llama-65b", 2_048),        # max_sequence_length
-    ("gemma-3-27b", None),       # no length key in the config: transformers' default, not modelled
+    ("gemma-3-27b", 131_072),    # no length key: Gemma3TextConfig's default, which vLLM reads
+    ("falcon-7b", None),         # no key even after defaults: vLLM assumes 2,048 unless told
 ])
 def test_derived_max_model_len_follows_vllm(slug, limit):
     assert capacity.derived_max_model_len(kvlib.load_model(slug)) == limit
