@@ -37,7 +37,7 @@ book: execute html
 
 test: install browser
 	$(VENV)/bin/ruff check kvlib tests book
-	$(PY) -m pytest -q
+	KVLIB_NO_SKIPS=1 $(PY) -m pytest -q
 
 bench: install
 	$(PY) -m kvlib.bench
