@@ -30,6 +30,10 @@ Scheduling model, one step = one forward pass of the engine:
 4. requests that reached prompt + output tokens finish and free their memory for the next step.
 
 A request therefore holds prompt, prompt+1, …, prompt+output tokens over output+1 steps.
+
+``simulate`` jumps from event to event (``_run_paged``, ``_run_contiguous``);
+``kvlib.allocator_reference.simulate_reference`` walks the same rules one step at a time with
+real block tables, and the tests hold the two equal field by field.
 """
 from __future__ import annotations
 
@@ -428,12 +432,10 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
     if policy == "paged":
         num_blocks = pool_tokens // block_size
         fits = -(-final // block_size) <= num_blocks
-        args = (prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist())
-        if ids is None:
-            trace = _run_paged(*args, block_size, num_blocks, max_batch or n)
-        else:
-            kept = [ids[i] for i in order[fits].tolist()]
-            trace = _run_paged_prefix(*args, kept, block_size, num_blocks, max_batch or n)
+        pool = (_PagedPool(num_blocks, block_size) if ids is None else
+                _PrefixCachingPool(num_blocks, block_size, [ids[i] for i in order[fits].tolist()]))
+        trace = _run_paged(prompt[fits].tolist(), final[fits].tolist(), arrival[fits].tolist(), pool,
+                           max_batch or n)
     else:
         footprint = np.array([reserved_tokens(int(p), int(f - p), policy, max_model_len)
                               for p, f in zip(prompt, final)], dtype=np.int64)
@@ -467,136 +469,140 @@ class _Trace:
     prefill_tokens: int = 0        # prefix caching: tokens prefilled over all admissions
 
 
-def _growth(hist: list[int], period: int, first: int, k: int, running: int) -> int:
-    """Σ_{τ=first}^{first+k-1} hist[τ mod period]: blocks newly needed over k steps."""
-    q, r = divmod(k, period)
-    total = q * running
-    if r:
-        a = first % period
-        if a + r <= period:
-            total += sum(hist[a:a + r])
+def _growth(needs_block_at: list[int], block_size: int, first_step: int, n_steps: int,
+            n_running: int) -> int:
+    """New blocks the running requests take over steps ``first_step … first_step + n_steps − 1``:
+    Σ needs_block_at[step mod block_size]. Every ``block_size`` consecutive steps each running
+    request takes exactly one, so whole periods count ``n_running`` each."""
+    periods, rest = divmod(n_steps, block_size)
+    blocks = periods * n_running
+    if rest:
+        start = first_step % block_size
+        if start + rest <= block_size:
+            blocks += sum(needs_block_at[start:start + rest])
         else:
-            total += sum(hist[a:]) + sum(hist[:a + r - period])
-    return total
+            blocks += sum(needs_block_at[start:]) + sum(needs_block_at[:start + rest - block_size])
+    return blocks
 
 
-def _run_paged(prompt: list[int], final: list[int], arrival: list[int], bs: int, nb: int,
-               max_batch: int) -> _Trace:
-    """Event loop for the paged policy.
+class _PagedPool:
+    """The paged event loop's KV pool: ``num_blocks`` interchangeable blocks of ``block_size``
+    tokens, only counted (``BlockAllocator`` names them, in the step-by-step reference).
 
-    A running request admitted at step a with s0 tokens holds t + c tokens at step t (c = s0 − a),
-    and needs a new block at step t iff t + c ≡ 1 (mod bs). ``hist[x]`` counts running requests
-    with (1 − c) mod bs == x, so the blocks needed at step t are ``hist[t mod bs]``.
+    The loop asks it three things: ``admit`` (the blocks of a prefill, if they fit), ``grow``
+    (new blocks for running requests, checked free by the loop) and ``release`` (a finished or
+    preempted request's blocks).
     """
-    n_req = len(final)
-    s0 = list(prompt)          # tokens at the current (re-)admission
-    offset = [0] * n_req       # c
-    gen = [0] * n_req          # bumped on preemption; stale heap entries carry an old gen
-    running_flag = bytearray(n_req)
-    hist = [0] * bs
-    running = csum = used = 0
-    ends: list[tuple[int, int, int]] = []      # (end step, request, gen)
-    stack: list[tuple[int, int]] = []          # (request, gen) in admission order
-    requeued: deque[int] = deque()
-    pre_start: list[int] = []
-    pre_end: list[int] = []
-    pre_final: list[int] = []
-    nxt = completed = preemptions = recomputed = 0
-    peak_tokens = peak_used = max_running = 0
-    t, freed = -1, False
-    heappush, heappop = heapq.heappush, heapq.heappop
-    while True:
-        while ends and ends[0][2] != gen[ends[0][1]]:
-            heappop(ends)
-        e = ends[0][0] if ends else -1
-        if requeued or (nxt < n_req and arrival[nxt] <= t):
-            if freed:
-                e = t + 1
-        elif nxt < n_req and (e < 0 or arrival[nxt] < e):
-            e = arrival[nxt]
-        if e < 0:
-            break
-        preempt = False
-        if running:
-            free = nb - used
-            k = e - t
-            grow = hist[e % bs] if k == 1 else _growth(hist, bs, t + 1, k, running)
-            if grow > free:                     # the pool overflows at step t + j <= e
-                q = free // running
-                j, grow = q * bs, q * running
-                while grow <= free:
-                    grow += hist[(t + 1 + j) % bs]
-                    j += 1
-                e, preempt = t + j, True
-                before = used + grow - hist[e % bs]   # blocks held at step e − 1
-                peak_used = max(peak_used, before)
-                peak_tokens = max(peak_tokens, running * (e - 1) + csum)
-            used += grow
-        if preempt:
-            while used > nb:
-                r, g = stack.pop()
-                if not running_flag[r] or gen[r] != g:
-                    continue
-                c = offset[r]
-                used -= -(-(e + c) // bs)
-                running -= 1
-                csum -= c
-                hist[(1 - c) % bs] -= 1
-                held = e - 1 + c
-                pre_start.append(s0[r])
-                pre_end.append(held)
-                pre_final.append(final[r])
-                s0[r] = held
-                gen[r] += 1
-                running_flag[r] = 0
-                requeued.appendleft(r)
-                preemptions += 1
-                recomputed += held
-        else:
-            while running < max_batch:
-                if requeued:
-                    r = requeued[0]
-                elif nxt < n_req and arrival[nxt] <= e:
-                    r = nxt
-                else:
-                    break
-                need = -(-s0[r] // bs)
-                if need > nb - used:
-                    break
-                if requeued:
-                    requeued.popleft()
-                else:
-                    nxt += 1
-                used += need
-                c = s0[r] - e
-                offset[r] = c
-                running += 1
-                csum += c
-                hist[(1 - c) % bs] += 1
-                running_flag[r] = 1
-                heappush(ends, (e + final[r] - s0[r], r, gen[r]))
-                stack.append((r, gen[r]))
-        peak_used = max(peak_used, used)
-        peak_tokens = max(peak_tokens, running * e + csum)
-        max_running = max(max_running, running)
-        freed = preempt  # memory came back: try admitting at the next step
-        while ends and ends[0][0] == e:
-            _, r, g = heappop(ends)
-            if g != gen[r]:
-                continue
-            c = offset[r]
-            used -= -(-final[r] // bs)
-            running -= 1
-            csum -= c
-            hist[(1 - c) % bs] -= 1
-            running_flag[r] = 0
-            completed += 1
-            freed = True
-        t = e
-    arr = np.asarray
-    return _Trace(arr(s0 + pre_start, dtype=np.int64), arr(final + pre_end, dtype=np.int64),
-                  arr(final + pre_final, dtype=np.int64), None, None, t + 1, completed, preemptions,
-                  recomputed, peak_tokens, peak_used, max_running)
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.free_blocks = num_blocks  # blocks no running request holds
+
+    def admit(self, request: int, tokens: int) -> bool:
+        """Take the blocks for ``request``'s ``tokens``-token prefill; False (and take nothing)
+        if they do not fit."""
+        blocks = -(-tokens // self.block_size)
+        if blocks > self.free_blocks:
+            return False
+        self.free_blocks -= blocks
+        return True
+
+    def grow(self, blocks: int) -> None:
+        """Running requests take ``blocks`` new blocks (the loop has checked they are free)."""
+        self.free_blocks -= blocks
+
+    def release(self, request: int, tokens: int) -> None:
+        """``request``, holding ``tokens`` tokens, finishes or is preempted: its blocks are free."""
+        self.free_blocks += -(-tokens // self.block_size)
+
+    def prefix_counts(self) -> tuple[int, int, int]:
+        """(prompt tokens hit at first admissions, prompt tokens at first admissions, tokens
+        prefilled over all admissions): no prefix cache, no counts."""
+        return 0, 0, 0
+
+
+class _PrefixCachingPool(_PagedPool):
+    """A paged pool with vLLM-style prefix caching (``simulate(prefix_ids=...)``).
+
+    Blocks are counted, not named. ``readers`` maps the id of each cached block that running
+    requests read to the number of readers; ``idle`` holds the ids of cached blocks no request
+    reads, least recently freed first: free, but kept until evicted. ``free_blocks`` counts the
+    blocks no running request holds, idle ones included; running requests hold the others, cached
+    or not (a prompt's partial last block, decode blocks, a block whose content another block
+    already caches). The ``free_blocks − |idle|`` free blocks without an id are handed out before
+    any idle block is evicted.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_ids: list[list[int]]) -> None:
+        super().__init__(num_blocks, block_size)
+        self.prefix_ids = prefix_ids                  # per request: ids of its full prompt blocks
+        self.readers: dict[int, int] = {}
+        self.idle: OrderedDict[int, None] = OrderedDict()
+        self.cached_ids: dict[int, list[int]] = {}    # running request → cached ids it reads
+        self.seen = bytearray(len(prefix_ids))        # admitted at least once
+        self.hit_tokens = self.prompt_tokens = self.prefilled_tokens = 0
+
+    def admit(self, request: int, tokens: int) -> bool:
+        """Share the longest cached run of ``request``'s first ⌊(tokens − 1) / block_size⌋ blocks
+        (a hit never covers the last prompt token), take new blocks for the rest and cache its
+        other full prompt blocks; False (and change nothing) if the new blocks do not fit."""
+        ids, readers, idle, block_size = self.prefix_ids[request], self.readers, self.idle, self.block_size
+        lookup = min((tokens - 1) // block_size, len(ids))
+        hit = 0
+        while hit < lookup and (ids[hit] in readers or ids[hit] in idle):
+            hit += 1
+        revived = sum(1 for h in ids[:hit] if h in idle)  # idle hits stop being free
+        new_blocks = -(-tokens // block_size) - hit
+        if new_blocks + revived > self.free_blocks:
+            return False
+        for h in ids[:hit]:
+            if h in idle:
+                del idle[h]
+                readers[h] = 1
+                self.free_blocks -= 1
+            else:
+                readers[h] += 1
+        self.grow(new_blocks)                  # free blocks first, then evict idle ones
+        cached = ids[:hit]
+        for h in ids[hit:]:                    # cache the prompt's other full blocks
+            if h not in readers and h not in idle:
+                readers[h] = 1
+                cached.append(h)
+        self.cached_ids[request] = cached
+        if not self.seen[request]:
+            self.seen[request] = 1
+            self.hit_tokens += hit * block_size
+            self.prompt_tokens += tokens
+        self.prefilled_tokens += tokens - hit * block_size
+        return True
+
+    def grow(self, blocks: int) -> None:
+        """Running requests take ``blocks`` new blocks: free ones first, then evict the least
+        recently freed idle blocks."""
+        self.free_blocks -= blocks
+        idle = self.idle
+        for _ in range(len(idle) - self.free_blocks):
+            idle.popitem(last=False)
+
+    def release(self, request: int, tokens: int) -> None:
+        """Free ``request`` (holding ``tokens`` tokens): its uncached blocks are free, its cached
+        blocks idle once no other request reads them, tail first."""
+        cached = self.cached_ids.pop(request)
+        self.free_blocks += -(-tokens // self.block_size) - len(cached)
+        readers = self.readers
+        for h in reversed(cached):
+            if readers[h] == 1:
+                del readers[h]
+                self.idle[h] = None
+                self.free_blocks += 1
+            else:
+                readers[h] -= 1
+
+    def prefix_counts(self) -> tuple[int, int, int]:
+        """(prompt tokens hit at first admissions, prompt tokens at first admissions, tokens
+        prefilled over all admissions)."""
+        return self.hit_tokens, self.prompt_tokens, self.prefilled_tokens
 
 
 def _prefix_lists(prefix_ids: Sequence[Sequence[int]], reqs: NDArray[np.int64], policy: str,
@@ -616,187 +622,162 @@ def _prefix_lists(prefix_ids: Sequence[Sequence[int]], reqs: NDArray[np.int64], 
     return out
 
 
-def _run_paged_prefix(prompt: list[int], final: list[int], arrival: list[int], ids: list[list[int]],
-                      bs: int, nb: int, max_batch: int) -> _Trace:
-    """``_run_paged`` with vLLM-style prefix caching (see ``simulate``).
+def _run_paged(prompt: list[int], final: list[int], arrival: list[int], pool: _PagedPool,
+               max_batch: int) -> _Trace:
+    """The paged policy's continuous-batching event loop (the rules in the module docstring).
 
-    Blocks are counted, not named: ``refs`` holds the ids of cached blocks that running requests
-    read (with their reader counts), ``lru`` the ids of cached blocks no request holds (oldest
-    first), ``private`` the blocks running requests hold without an id (their last prompt block
-    and their decode blocks). Free blocks without an id number nb − private − |refs| − |lru|;
-    they are handed out before any cached block is evicted.
+    Requests come sorted by arrival step; ``pool`` prices admission, growth and release in
+    blocks (``_PagedPool``, or ``_PrefixCachingPool`` with prefix caching). The loop jumps from
+    event to event — a completion, an arrival, the step after memory came back while requests
+    wait, the step the pool overflows — because between events only growth happens, and growth
+    is periodic: a request admitted at step a with p tokens holds step + token_offset tokens at
+    each later step (token_offset = p − a) and takes a new block at the steps where it holds
+    1 (mod block_size) tokens. ``needs_block_at[x]`` counts the running requests that take one
+    at steps ≡ x (mod block_size), so the blocks taken over a jump are a sum over it.
     """
-    n_req = len(final)
-    s0 = list(prompt)
-    offset = [0] * n_req
-    gen = [0] * n_req
-    shared: list[list[int]] = [[] for _ in range(n_req)]  # cached ids a running request reads
-    admitted = bytearray(n_req)
-    running_flag = bytearray(n_req)
-    hist = [0] * bs
-    refs: dict[int, int] = {}
-    lru: OrderedDict[int, None] = OrderedDict()
-    running = csum = private = 0
-    ends: list[tuple[int, int, int]] = []
-    stack: list[tuple[int, int]] = []
-    requeued: deque[int] = deque()
-    pre_start: list[int] = []
-    pre_end: list[int] = []
-    pre_final: list[int] = []
-    nxt = completed = preemptions = recomputed = 0
-    hit_tokens = prompt_tokens = prefill_tokens = 0
-    peak_tokens = peak_used = max_running = 0
-    t, freed = -1, False
+    block_size, num_blocks = pool.block_size, pool.num_blocks
+    admit, grow, release = pool.admit, pool.grow, pool.release
+    n_requests = len(final)
+    prefill_tokens = list(prompt)      # tokens prefilled at the current admission: the prompt,
+                                       # plus the tokens generated before a preemption
+    token_offset = [0] * n_requests    # a running request holds step + token_offset tokens
+    generation = [0] * n_requests      # bumped on preemption: older heap entries are stale
+    is_running = bytearray(n_requests)
+    needs_block_at = [0] * block_size  # running requests taking a block at steps ≡ index; one
+                                       # with token_offset c takes them at steps ≡ 1 − c
+    n_running = offset_sum = 0         # running requests hold n_running · step + offset_sum tokens
+    finishes: list[tuple[int, int, int]] = []    # heap of (finish step, request, generation)
+    admission_order: list[tuple[int, int]] = []  # (request, generation), newest last
+    preempted: deque[int] = deque()    # preempted requests: the head of the queue, newest first
+    next_new = 0                       # first request never admitted (the rest arrive later)
+    cut_start: list[int] = []          # residencies cut by preemption: tokens at admission,
+    cut_end: list[int] = []            # tokens at their last step,
+    cut_final: list[int] = []          # the request's prompt + output
+    completed = preemptions = recomputed_tokens = 0
+    peak_tokens = peak_blocks = max_running = 0
+    step, memory_freed = -1, False     # the last step simulated; whether it freed memory
     heappush, heappop = heapq.heappush, heapq.heappop
-
-    def evict_to_fit() -> None:
-        """Evict least recently freed cached blocks until the free ones without an id cover
-        what the running requests hold."""
-        for _ in range(private + len(refs) + len(lru) - nb):
-            lru.popitem(last=False)
-
-    def release(r: int, blocks: int) -> None:
-        """Free request ``r``, which holds ``blocks`` blocks: cached ones tail first."""
-        nonlocal private
-        private -= blocks - len(shared[r])
-        for h in reversed(shared[r]):
-            if refs[h] == 1:
-                del refs[h]
-                lru[h] = None
-            else:
-                refs[h] -= 1
-        shared[r] = []
-
     while True:
-        while ends and ends[0][2] != gen[ends[0][1]]:
-            heappop(ends)
-        e = ends[0][0] if ends else -1
-        if requeued or (nxt < n_req and arrival[nxt] <= t):
-            if freed:
-                e = t + 1
-        elif nxt < n_req and (e < 0 or arrival[nxt] < e):
-            e = arrival[nxt]
-        if e < 0:
+        # The next event: the earliest completion, or the next step if requests wait and memory
+        # came back, or the next arrival if none wait.
+        while finishes and finishes[0][2] != generation[finishes[0][1]]:
+            heappop(finishes)
+        next_step = finishes[0][0] if finishes else -1
+        if preempted or (next_new < n_requests and arrival[next_new] <= step):
+            if memory_freed:
+                next_step = step + 1
+        elif next_new < n_requests and (next_step < 0 or arrival[next_new] < next_step):
+            next_step = arrival[next_new]
+        if next_step < 0:
             break
-        preempt = False
-        if running:
-            free = nb - private - len(refs)
-            k = e - t
-            grow = hist[e % bs] if k == 1 else _growth(hist, bs, t + 1, k, running)
-            if grow > free:                     # the pool overflows at step t + j <= e
-                q = free // running
-                j, grow = q * bs, q * running
-                while grow <= free:
-                    grow += hist[(t + 1 + j) % bs]
-                    j += 1
-                e, preempt = t + j, True
-                grow -= hist[e % bs]            # growth up to step e − 1 fits
-                peak_used = max(peak_used, private + len(refs) + grow)
-                peak_tokens = max(peak_tokens, running * (e - 1) + csum)
-            private += grow
-            evict_to_fit()
-        if preempt:
-            # Step e request by request, oldest first, as vLLM's scheduler does: a request that
-            # needs a block when none is free preempts the newest running request (perhaps
-            # itself), whose freed blocks the next requests take.
-            stack[:] = [(r, g) for r, g in stack if running_flag[r] and gen[r] == g]
-            for r, _ in list(stack):
-                if (e + offset[r]) % bs != 1 % bs:
-                    continue
-                while nb - private - len(refs) == 0 and running_flag[r]:
-                    v, gv = stack.pop()
-                    if not running_flag[v] or gen[v] != gv:
-                        continue
-                    c = offset[v]
-                    held = e - 1 + c
-                    release(v, -(-held // bs))
-                    running -= 1
-                    csum -= c
-                    hist[(1 - c) % bs] -= 1
-                    pre_start.append(s0[v])
-                    pre_end.append(held)
-                    pre_final.append(final[v])
-                    s0[v] = held
-                    gen[v] += 1
-                    running_flag[v] = 0
-                    requeued.appendleft(v)
-                    preemptions += 1
-                    recomputed += held
-                if running_flag[r]:
-                    private += 1
-                    evict_to_fit()
+
+        # 1. Growth: each running request appends one token per step up to next_step. If the
+        # pool overflows first, stop at the step it does: whole periods of block_size steps
+        # (one block per request each), then step by step; the steps before it fit.
+        overflow = False
+        if n_running:
+            free_blocks = pool.free_blocks
+            new_blocks = (needs_block_at[next_step % block_size] if next_step - step == 1 else
+                          _growth(needs_block_at, block_size, step + 1, next_step - step, n_running))
+            if new_blocks > free_blocks:
+                periods = free_blocks // n_running
+                steps_ahead, new_blocks = periods * block_size, periods * n_running
+                while new_blocks <= free_blocks:
+                    new_blocks += needs_block_at[(step + 1 + steps_ahead) % block_size]
+                    steps_ahead += 1
+                next_step, overflow = step + steps_ahead, True
+                new_blocks -= needs_block_at[next_step % block_size]
+                peak_blocks = max(peak_blocks, num_blocks - free_blocks + new_blocks)  # at next_step − 1
+                peak_tokens = max(peak_tokens, n_running * (next_step - 1) + offset_sum)
+            grow(new_blocks)
+
+        if overflow:
+            # 2a. Preemption: the requests that need a block take one, oldest first; when none
+            # is free, the newest running request (perhaps the one asking) is preempted, as
+            # vLLM's scheduler does: its blocks are freed and it goes back to the head of the
+            # queue, to prefill everything it held again. Nobody is admitted in this step.
+            waiting_blocks = needs_block_at[next_step % block_size]
+            free_blocks = pool.free_blocks
+            while waiting_blocks > free_blocks:
+                grow(free_blocks)                     # the oldest waiting take the free blocks
+                waiting_blocks -= free_blocks
+                victim, victim_generation = admission_order.pop()
+                while not is_running[victim] or generation[victim] != victim_generation:
+                    victim, victim_generation = admission_order.pop()  # finished or preempted before
+                offset = token_offset[victim]
+                held = next_step - 1 + offset         # it does not grow in this step
+                if held % block_size == 0:
+                    waiting_blocks -= 1               # it was waiting for a block
+                release(victim, held)
+                n_running -= 1
+                offset_sum -= offset
+                needs_block_at[(1 - offset) % block_size] -= 1
+                is_running[victim] = 0
+                cut_start.append(prefill_tokens[victim])
+                cut_end.append(held)
+                cut_final.append(final[victim])
+                prefill_tokens[victim] = held
+                generation[victim] += 1
+                preempted.appendleft(victim)
+                preemptions += 1
+                recomputed_tokens += held
+                free_blocks = pool.free_blocks
+            grow(waiting_blocks)
         else:
-            while running < max_batch:
-                if requeued:
-                    r = requeued[0]
-                elif nxt < n_req and arrival[nxt] <= e:
-                    r = nxt
+            # 2b. Admission, first come first served (preempted requests first, then arrivals
+            # up to next_step) while the prefill fits: the queue stops at the first that does not.
+            while n_running < max_batch:
+                if preempted:
+                    request = preempted[0]
+                elif next_new < n_requests and arrival[next_new] <= next_step:
+                    request = next_new
                 else:
                     break
-                mine = ids[r]
-                limit = min((s0[r] - 1) // bs, len(mine))
-                hit = 0
-                while hit < limit and (mine[hit] in refs or mine[hit] in lru):
-                    hit += 1
-                idle = sum(1 for h in mine[:hit] if h in lru)
-                need = -(-s0[r] // bs) - hit
-                if need + idle > nb - private - len(refs):
+                tokens = prefill_tokens[request]
+                if not admit(request, tokens):
                     break
-                if requeued:
-                    requeued.popleft()
+                if preempted:
+                    preempted.popleft()
                 else:
-                    nxt += 1
-                for h in mine[:hit]:            # touch the hit blocks
-                    if h in lru:
-                        del lru[h]
-                        refs[h] = 1
-                    else:
-                        refs[h] += 1
-                private += need
-                evict_to_fit()                  # new blocks: free ones first, then evict
-                held = mine[:hit]
-                for h in mine[hit:]:            # cache the prompt's other full blocks
-                    if h not in refs and h not in lru:
-                        refs[h] = 1
-                        held.append(h)
-                        private -= 1
-                shared[r] = held
-                if not admitted[r]:
-                    admitted[r] = 1
-                    hit_tokens += hit * bs
-                    prompt_tokens += s0[r]
-                prefill_tokens += s0[r] - hit * bs
-                c = s0[r] - e
-                offset[r] = c
-                running += 1
-                csum += c
-                hist[(1 - c) % bs] += 1
-                running_flag[r] = 1
-                heappush(ends, (e + final[r] - s0[r], r, gen[r]))
-                stack.append((r, gen[r]))
-        used = private + len(refs)
-        peak_used = max(peak_used, used)
-        peak_tokens = max(peak_tokens, running * e + csum)
-        max_running = max(max_running, running)
-        freed = preempt
-        while ends and ends[0][0] == e:
-            _, r, g = heappop(ends)
-            if g != gen[r]:
+                    next_new += 1
+                offset = tokens - next_step
+                token_offset[request] = offset
+                n_running += 1
+                offset_sum += offset
+                needs_block_at[(1 - offset) % block_size] += 1
+                is_running[request] = 1
+                heappush(finishes, (next_step + final[request] - tokens, request, generation[request]))
+                admission_order.append((request, generation[request]))
+
+        # 3. Measure the step (requests admitted or finishing in it count).
+        used_blocks = num_blocks - pool.free_blocks
+        held_tokens = n_running * next_step + offset_sum
+        if used_blocks > peak_blocks:
+            peak_blocks = used_blocks
+        if held_tokens > peak_tokens:
+            peak_tokens = held_tokens
+        if n_running > max_running:
+            max_running = n_running
+
+        # 4. Requests that reached prompt + output tokens finish and free their blocks.
+        memory_freed = overflow
+        while finishes and finishes[0][0] == next_step:
+            _, request, request_generation = heappop(finishes)
+            if request_generation != generation[request]:
                 continue
-            c = offset[r]
-            release(r, -(-final[r] // bs))
-            running -= 1
-            csum -= c
-            hist[(1 - c) % bs] -= 1
-            running_flag[r] = 0
+            offset = token_offset[request]
+            release(request, final[request])
+            n_running -= 1
+            offset_sum -= offset
+            needs_block_at[(1 - offset) % block_size] -= 1
+            is_running[request] = 0
             completed += 1
-            freed = True
-        t = e
+            memory_freed = True
+        step = next_step
     arr = np.asarray
-    return _Trace(arr(s0 + pre_start, dtype=np.int64), arr(final + pre_end, dtype=np.int64),
-                  arr(final + pre_final, dtype=np.int64), None, None, t + 1, completed, preemptions,
-                  recomputed, peak_tokens, peak_used, max_running, hit_tokens, prompt_tokens,
-                  prefill_tokens)
+    return _Trace(arr(prefill_tokens + cut_start, dtype=np.int64), arr(final + cut_end, dtype=np.int64),
+                  arr(final + cut_final, dtype=np.int64), None, None, step + 1, completed, preemptions,
+                  recomputed_tokens, peak_tokens, peak_blocks, max_running, *pool.prefix_counts())
 
 
 def _run_contiguous(prompt: list[int], final: list[int], arrival: list[int], footprint: list[int],
