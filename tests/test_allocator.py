@@ -1,8 +1,8 @@
-"""Tests for kvlib.allocator and kvlib.workloads: known answers, a block-level reference, properties."""
+"""Tests for kvlib.allocator and kvlib.workloads: known answers, the block-level reference
+(kvlib.allocator_reference), properties."""
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import numpy as np
 import pytest
@@ -15,11 +15,11 @@ from kvlib.allocator import (
     BuddyAllocator,
     ContiguousAllocator,
     OutOfBlocksError,
-    SimResult,
     prefix_reuse_lost,
     reserved_tokens,
     simulate,
 )
+from kvlib.allocator_reference import simulate_reference
 from kvlib.workloads import (
     alpaca,
     alpaca_dists,
@@ -32,114 +32,6 @@ from kvlib.workloads import (
 )
 
 POLICIES = ("paged", "reserve_oracle", "reserve_pow2", "reserve_max")
-
-
-# --- the block-level reference: one step at a time, real block tables -------------------------
-
-def reference(requests, pool_tokens, policy, block_size, max_model_len=None, arrival=None,
-              max_batch=None, allocator="first_fit") -> SimResult:
-    """Step-by-step simulation with BlockAllocator / ContiguousAllocator, per-step sums.
-
-    Independent of simulate()'s event jumps and closed-form integrals; same scheduling rules
-    (grow → preempt latest-admitted or admit FCFS → measure → finish).
-    """
-    reqs = np.asarray(requests, dtype=np.int64)
-    n = len(reqs)
-    arrival = np.zeros(n, dtype=np.int64) if arrival is None else np.asarray(arrival)
-    order = np.argsort(arrival, kind="stable")
-    prompt, final = reqs[order, 0].tolist(), reqs[order].sum(axis=1).tolist()
-    arrival = arrival[order].tolist()
-    paged = policy == "paged"
-    if paged:
-        alloc = BlockAllocator(pool_tokens // block_size, block_size)
-        fits = [alloc.blocks_for(f) <= alloc.num_blocks for f in final]
-    else:
-        buddy = allocator == "buddy"
-        pool = BuddyAllocator(pool_tokens) if buddy else ContiguousAllocator(pool_tokens)
-        foot = [reserved_tokens(p, f - p, policy, max_model_len) for p, f in zip(prompt, final)]
-        largest = 1 << (pool_tokens.bit_length() - 1) if buddy else pool_tokens
-        fits = [BuddyAllocator.chunk_tokens(x) <= largest if buddy else x <= pool_tokens for x in foot]
-        tokens: dict[int, int] = {}
-        where: dict[int, int] = {}
-        block_size = 1
-    pending = deque(r for r in range(n) if fits[r])
-    to_finish = len(pending)
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    s0 = list(prompt)
-    cap = max_batch or n
-    t = completed = preemptions = recomputed = 0
-    last = -1
-    sum_s = sum_r = sum_int = sum_round = token_steps = 0
-    peak_s = peak_r = max_n = max_slack = 0
-    while completed < to_finish:
-        assert t < 100_000, "reference did not terminate"
-        while pending and arrival[pending[0]] <= t:
-            waiting.append(pending.popleft())
-        preempted = False
-        i = 0
-        while i < len(running):
-            r = running[i]
-            if paged:
-                if alloc.needs_block(r) and alloc.num_free == 0:
-                    victim = running.pop()
-                    s0[victim] = alloc.n_tokens[victim]
-                    recomputed += s0[victim]
-                    alloc.free(victim)
-                    waiting.appendleft(victim)
-                    preemptions += 1
-                    preempted = True
-                    continue
-                alloc.append_token(r)
-            else:
-                tokens[r] += 1
-            i += 1
-        while not preempted and waiting and len(running) < cap:
-            r = waiting[0]
-            if paged:
-                if not alloc.can_allocate(s0[r]):
-                    break
-                alloc.allocate(r, s0[r])
-            else:
-                at = pool.allocate(foot[r])
-                if at is None:
-                    break
-                where[r], tokens[r] = at, prompt[r]
-            running.append(waiting.popleft())
-        held = {r: alloc.n_tokens[r] if paged else tokens[r] for r in running}
-        reserved = {r: len(alloc.block_tables[r]) * block_size if paged else foot[r] for r in running}
-        s_now, r_now = sum(held.values()), sum(reserved.values())
-        sum_s += s_now
-        sum_r += r_now
-        sum_int += sum(max(0, reserved[r] - final[r]) for r in running)
-        if not paged and allocator == "buddy":
-            sum_round += sum(BuddyAllocator.chunk_tokens(foot[r]) - foot[r] for r in running)
-        token_steps += len(running)
-        peak_s, peak_r, max_n = max(peak_s, s_now), max(peak_r, r_now), max(max_n, len(running))
-        max_slack = max([max_slack] + [reserved[r] - held[r] for r in running])
-        for r in [r for r in running if held[r] == final[r]]:
-            running.remove(r)
-            if paged:
-                alloc.free(r)
-            else:
-                pool.free(where[r], foot[r])
-            completed += 1
-            last = t
-        t += 1
-    steps = last + 1
-    return SimResult(
-        policy=policy, block_size=block_size, pool_tokens=pool_tokens, requests=n,
-        completed=completed, rejected=n - to_finish, steps=steps, preemptions=preemptions,
-        recomputed_tokens=recomputed, token_steps=token_steps,
-        token_utilization=sum_s / sum_r if sum_r else 0.0,
-        reservation_waste=(sum_r - sum_s - sum_int) / sum_r if sum_r else 0.0,
-        internal_waste=sum_int / sum_r if sum_r else 0.0,
-        pool_token_share=sum_s / (steps * pool_tokens) if steps else 0.0,
-        pool_reserved_share=sum_r / (steps * pool_tokens) if steps else 0.0,
-        peak_pool_token_share=peak_s / pool_tokens, peak_pool_reserved_share=peak_r / pool_tokens,
-        max_slack_tokens=max_slack, mean_batch=token_steps / steps if steps else 0.0,
-        max_batch=max_n, completed_per_step=completed / steps if steps else 0.0,
-        allocator=allocator, pool_rounding_share=sum_round / (steps * pool_tokens) if steps else 0.0)
 
 
 # --- known answers on hand-worked traces -----------------------------------------------------
@@ -205,6 +97,7 @@ def test_preemption_known_answer():
     assert (res.steps, res.preemptions, res.recomputed_tokens, res.completed) == (6, 1, 2, 2)
     assert res.token_utilization == 20 / 22
     assert res.token_steps == 7 and res.max_batch == 2
+    assert simulate_reference([[2, 2], [2, 2]], pool_tokens=4, policy="paged", block_size=2) == res
 
 
 def test_external_fragmentation_known_answer():
@@ -346,8 +239,8 @@ def traces(draw):
 @settings(max_examples=300, deadline=None)
 @given(traces())
 def test_fast_simulator_matches_block_reference(trace):
-    expected = reference(**trace)
     arrival = trace.pop("arrival")
+    expected = simulate_reference(**trace, arrival_steps=arrival)
     got = simulate(**trace, arrival_steps=arrival)
     assert got == expected
 
@@ -362,8 +255,8 @@ def test_fast_matches_reference_on_sharegpt_with_poisson(policy, block_size, all
     reqs = sharegpt(150, seed=3)
     got = simulate(reqs, 6144, policy, block_size, max_model_len=2048, seed=5, arrival_rate=0.5,
                    allocator=allocator)
-    expected = reference(reqs, 6144, policy, block_size, max_model_len=2048,
-                         arrival=poisson_arrivals(150, 0.5, seed=5), allocator=allocator)
+    expected = simulate_reference(reqs, 6144, policy, block_size, max_model_len=2048,
+                                  arrival_steps=poisson_arrivals(150, 0.5, seed=5), allocator=allocator)
     assert got == expected
     if policy == "paged" and block_size == 16:
         assert got.preemptions > 0  # the trace exercises preemption

@@ -1,13 +1,11 @@
 """Tests for kvlib.prefix: known answers, vLLM's own KVCacheManager as an oracle, properties,
-the stored Mooncake trace, and prefix sharing inside kvlib.simulate (against a block-level
-reference)."""
+the stored Mooncake trace, and prefix sharing inside kvlib.simulate (against the block-level
+reference, kvlib.allocator_reference)."""
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import json
-import math
-from collections import OrderedDict, deque
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from hypothesis import strategies as st
 import kvlib
 from kvlib import prompts
 from kvlib.allocator import simulate
+from kvlib.allocator_reference import simulate_reference
 from kvlib.prefix import (
     MOONCAKE_BLOCK_TOKENS,
     BlockTrace,
@@ -300,125 +299,6 @@ def test_trace_readers_agree(tmp_path):
 
 # --- prefix sharing inside simulate ----------------------------------------------------------
 
-def prefix_reference(requests, pool_tokens, block_size, ids, arrival=None, max_batch=None):
-    """Step-by-step paged simulation with named blocks, reference counts and vLLM's free queue
-    (blocks without a hash at the front, hashed ones behind in release order). Same scheduling
-    rules as simulate; returns (steps, preemptions, completed, mean batch, hits, prefilled)."""
-    reqs = np.asarray(requests, dtype=np.int64)
-    n = len(reqs)
-    arrival = np.zeros(n, dtype=np.int64) if arrival is None else np.asarray(arrival)
-    order = np.argsort(arrival, kind="stable").tolist()
-    prompt = [int(reqs[i, 0]) for i in order]
-    final = [int(reqs[i].sum()) for i in order]
-    ids = [list(ids[i]) for i in order]
-    arr = [int(arrival[i]) for i in order]
-    bs, nb = block_size, pool_tokens // block_size
-    fits = [-(-f // bs) <= nb for f in final]
-    unhashed = list(range(nb - 1, -1, -1))       # top = front of the queue
-    lru: OrderedDict[int, None] = OrderedDict()  # hashed free blocks, oldest first
-    block_hash: dict[int, int] = {}
-    by_hash: dict[int, int] = {}
-    refs = [0] * nb
-    table: dict[int, list[int]] = {}
-    tokens: dict[int, int] = {}
-    s0 = list(prompt)
-    admitted = [False] * n
-    pending = deque(r for r in range(n) if fits[r])
-    to_finish = len(pending)
-    waiting: deque[int] = deque()
-    running: list[int] = []
-    t = completed = preemptions = hits = prompts_sum = prefilled = token_steps = 0
-    last = -1
-
-    def take() -> int:
-        if unhashed:
-            return unhashed.pop()
-        b, _ = lru.popitem(last=False)
-        del by_hash[block_hash.pop(b)]
-        return b
-
-    def release(r: int) -> None:
-        blocks = table.pop(r)
-        del tokens[r]
-        front = []
-        for b in reversed(blocks):
-            refs[b] -= 1
-            if refs[b] == 0:
-                if b in block_hash:
-                    lru[b] = None
-                else:
-                    front.append(b)
-        for b in reversed(front):
-            unhashed.append(b)
-
-    def free_count() -> int:
-        return len(unhashed) + len(lru)
-
-    while completed < to_finish:
-        assert t < 200_000
-        while pending and arr[pending[0]] <= t:
-            waiting.append(pending.popleft())
-        preempted = False
-        i = 0
-        while i < len(running):
-            r = running[i]
-            if tokens[r] % bs == 0:
-                if free_count() == 0:
-                    victim = running.pop()
-                    s0[victim] = tokens[victim]
-                    release(victim)
-                    waiting.appendleft(victim)
-                    preemptions += 1
-                    preempted = True
-                    continue
-                table[r].append(take())
-                refs[table[r][-1]] = 1
-            tokens[r] += 1
-            i += 1
-        while not preempted and waiting and len(running) < (max_batch or n):
-            r = waiting[0]
-            mine = ids[r]
-            limit = min((s0[r] - 1) // bs, len(mine))
-            hit_blocks = []
-            for h in mine[:limit]:
-                if h not in by_hash:
-                    break
-                hit_blocks.append(by_hash[h])
-            idle = sum(1 for b in hit_blocks if refs[b] == 0)
-            need = -(-s0[r] // bs) - len(hit_blocks)
-            if need + idle > free_count():
-                break
-            waiting.popleft()
-            for b in hit_blocks:
-                if refs[b] == 0:
-                    del lru[b]
-                refs[b] += 1
-            new = [take() for _ in range(need)]
-            for b in new:
-                refs[b] = 1
-            for b, h in zip(new, mine[len(hit_blocks):]):
-                if h not in by_hash:          # content already cached elsewhere stays uncached
-                    by_hash[h] = b
-                    block_hash[b] = h
-            table[r] = hit_blocks + new
-            tokens[r] = s0[r]
-            if not admitted[r]:
-                admitted[r] = True
-                hits += len(hit_blocks) * bs
-                prompts_sum += s0[r]
-            prefilled += s0[r] - len(hit_blocks) * bs
-            running.append(r)
-        token_steps += len(running)
-        for r in sorted(r for r in running if tokens[r] == final[r]):
-            running.remove(r)
-            release(r)
-            completed += 1
-            last = t
-        t += 1
-    steps = last + 1
-    return steps, preemptions, completed, token_steps / steps if steps else 0.0, hits, prompts_sum, prefilled
-
-
 @st.composite
 def shared_traces(draw):
     n = draw(st.integers(1, 10))
@@ -445,14 +325,13 @@ def shared_traces(draw):
 @settings(max_examples=300, deadline=None)
 @given(shared_traces())
 def test_simulate_prefix_sharing_matches_block_reference(case):
+    # Every field: steps, preemptions, batch, hits and prefill, and the token and reservation
+    # shares (a shared block counted once per reader, its peak once per block held).
     reqs, pool, bs, ids, arrival, max_batch = case
-    steps, pre, done, batch, hits, prompt_sum, prefilled = prefix_reference(
-        reqs, pool, bs, ids, arrival, max_batch)
+    expected = simulate_reference(reqs, pool, "paged", bs, arrival_steps=arrival, max_batch=max_batch,
+                                  prefix_ids=ids)
     got = simulate(reqs, pool, "paged", bs, arrival_steps=arrival, max_batch=max_batch, prefix_ids=ids)
-    assert (got.steps, got.preemptions, got.completed) == (steps, pre, done)
-    assert math.isclose(got.mean_batch, batch)
-    assert (got.prefix_hit_tokens, got.prefix_prompt_tokens, got.prefix_prefill_tokens) == \
-        (hits, prompt_sum, prefilled)
+    assert got == expected
 
 
 def test_simulate_with_unique_prefixes_is_simulate_without():
@@ -477,6 +356,7 @@ def test_simulate_prefix_known_answer():
     res = simulate([[8, 2], [8, 2]], 40, "paged", 4, prefix_ids=[[1, 2], [1, 2]])
     assert (res.prefix_hit_tokens, res.prefix_prompt_tokens, res.prefix_prefill_tokens) == (4, 16, 12)
     assert res.prefix_hit_rate == 4 / 16
+    assert simulate_reference([[8, 2], [8, 2]], 40, "paged", 4, prefix_ids=[[1, 2], [1, 2]]) == res
 
 
 def test_simulate_prefix_ids_refused():
