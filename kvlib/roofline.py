@@ -403,6 +403,19 @@ def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_token
                 efficiency=efficiency)
 
 
+def kv_dtype_speedup(model: Model | str, gpu: GPU | str, *, batch: int, context_tokens: int,
+                     kv_dtype: str = "fp8", baseline_kv_dtype: str = "bf16", n_gpus: int = 1,
+                     weight_dtype: str | Mapping[str, str] = "bf16", engine: str = "vllm",
+                     efficiency: Efficiency | None = None) -> float:
+    """How much faster one decode step is with a ``kv_dtype`` cache than with a
+    ``baseline_kv_dtype`` one, all else equal: the baseline's step time ÷ this one's (1.25
+    means 25 % faster). Only the KV reads change, so the gain grows with batch × context."""
+    steps = [decode_step(model, gpu, batch=batch, context_tokens=context_tokens, n_gpus=n_gpus,
+                         weight_dtype=weight_dtype, kv_dtype=dtype, engine=engine,
+                         efficiency=efficiency).time_s for dtype in (baseline_kv_dtype, kv_dtype)]
+    return steps[0] / steps[1]
+
+
 def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,
                  n_gpus: int = 1, weight_dtype: str | Mapping[str, str] = "bf16",
                  kv_dtype: str = "bf16", engine: str = "vllm",
