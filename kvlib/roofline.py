@@ -46,6 +46,8 @@ from .params import ParamCounts, params_for, weight_bits, weight_bytes
 
 #: Engines with fitted step costs; on an AMD GPU the engine's ROCm build is its own entry.
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
+#: How the book names each engine of ``ENGINES`` (and of ``data/engine_block_sizes.csv``).
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 #: Block kinds with a fitted fixed cost each.
 BLOCK_KINDS = ("attention", "mla", "recurrent", "dense_ffn", "moe_ffn")
 #: Rows each touched expert's tokens are padded to in vLLM's fused-MoE kernels

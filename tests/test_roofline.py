@@ -61,6 +61,12 @@ def test_windows_cap_kv_reads():
     assert short.kv_bytes == long.kv_bytes  # every layer keeps W − 1 = 4,095 tokens
 
 
+def test_every_engine_has_a_name_for_readers():
+    assert set(roofline.ENGINE_NAMES) == set(roofline.ENGINES)
+    from kvlib import paging
+    assert set(paging.engine_block_sizes()["engine"]) <= set(roofline.ENGINE_NAMES)
+
+
 def test_fp8_kv_speedup_halves_only_the_kv_reads():
     # datasheet roofline, memory-bound: the step is (weights + KV) ÷ 3.35e12; fp8 halves the KV
     # term only. Llama-3.1-8B at batch 4 and 8,192 tokens: KV = 4 × 8,192 × 131,072 B in bf16
