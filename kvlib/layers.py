@@ -39,6 +39,11 @@ from .units import elements_to_bytes
 LayerKind = Literal["full", "sliding", "chunked", "mla", "indexer", "mamba1", "mamba2",
                     "gated_deltanet", "none"]
 CacheKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "none"]
+#: How the book names each ``LayerKind`` for a reader.
+KIND_NAMES: dict[str, str] = {"full": "full", "sliding": "sliding", "chunked": "chunked",
+                              "mla": "MLA", "indexer": "indexer", "mamba1": "Mamba-1",
+                              "mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet",
+                              "none": "stateless"}
 FormatLike = Union[str, KVFormat]
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from .hf_config import Architecture, read_config
 from .params import Checkpoint
-from .layers import (AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer, IndexerKeyLayer,
-                     Mamba1Layer, Mamba2Layer, MLALayer, StatelessLayer)
+from .layers import (KIND_NAMES, AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer,
+                     IndexerKeyLayer, Mamba1Layer, Mamba2Layer, MLALayer, StatelessLayer)
 from .checks import integer, positive_integer
 from .quant import kv_format
 from .units import dtype_bits
@@ -158,6 +158,11 @@ class Model:
     def layer_counts(self) -> dict[str, int]:
         """Layers of each kind, e.g. ``{"sliding": 36, "full": 12}``."""
         return dict(Counter(layer.kind for layer in self.layers))
+
+    def layer_summary(self) -> str:
+        """The layer counts in words, kinds in alphabetical order of their keys:
+        "12 full, 36 sliding", "6 full, 23 Mamba-2"."""
+        return ", ".join(f"{n} {KIND_NAMES[k]}" for k, n in sorted(self.layer_counts().items()))
 
     @property
     def attention(self) -> str:

@@ -45,7 +45,7 @@ import pandas as pd
 from .checks import number
 from .cost import cost_per_million_tokens
 from .registry import data_dir, load_model
-from .tables import number_text
+from .tables import Table, number_text, table
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 
 TB, TIB = 1000**4, 1024**4
@@ -679,6 +679,24 @@ def unexpected(results: pd.DataFrame, require: bool = False) -> pd.DataFrame:
     if require:
         wrong |= expected == ""
     return results.loc[wrong, ["id", "claim", "expected_verdict", "verdict", "reason"]]
+
+
+#: The columns a chapter shows of its rechecked claims, in order.
+CLAIM_VIEW = ("claim", "claimed", "unit", "recomputed", "verdict", "reason")
+
+
+def claims_table(results: pd.DataFrame, ids: list[str] | None = None,
+                 columns: tuple[str, ...] = CLAIM_VIEW, recomputed: str = "{:,.4g}") -> Table:
+    """The rows ``ids`` of ``recheck_all()`` (default: every row, in order) as a reader's table:
+    the claim id first, then ``columns``; the claimed figure as published (up to six significant
+    digits) and the recomputed one with the format ``recomputed``. KeyError for an unknown id."""
+    by_id = results.set_index("id") if "id" in results.columns else results
+    missing = [i for i in ids or [] if i not in by_id.index]
+    if missing:
+        raise KeyError(f"claims not in the results: {missing}")
+    shown = by_id.loc[list(ids) if ids is not None else by_id.index, list(columns)]
+    return table(shown.rename_axis("id"), {"claimed": "{:,.6g}", "recomputed": recomputed},
+                 hide_index=False)
 
 
 def verdict_counts(results: pd.DataFrame) -> dict[str, int]:

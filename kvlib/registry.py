@@ -80,7 +80,7 @@ def registry_table(dtype: str = "bf16") -> pd.DataFrame:
             "model": model.name,
             "attention": model.attention,
             "layers": model.n_layers,
-            "layer_kinds": ", ".join(f"{n} {k}" for k, n in sorted(model.layer_counts().items())),
+            "layer_kinds": model.layer_summary(),
             "max_window": model.max_window,
             "kv_bytes_per_token": per_token,
             "kv_kib_per_token": per_token / KIB,

@@ -46,6 +46,8 @@ from .params import ParamCounts, params_for, weight_bits, weight_bytes
 
 #: Engines with fitted step costs; on an AMD GPU the engine's ROCm build is its own entry.
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
+#: How the book names each engine of ``ENGINES`` (and of ``data/engine_block_sizes.csv``).
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 #: Block kinds with a fitted fixed cost each.
 BLOCK_KINDS = ("attention", "mla", "recurrent", "dense_ffn", "moe_ffn")
 #: Rows each touched expert's tokens are padded to in vLLM's fused-MoE kernels
@@ -401,6 +403,19 @@ def decode_step(model: Model | str, gpu: GPU | str, *, batch: int, context_token
     return step(model, gpu, batch=batch, context_tokens=context_tokens, n_gpus=n_gpus,
                 weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
                 efficiency=efficiency)
+
+
+def kv_dtype_speedup(model: Model | str, gpu: GPU | str, *, batch: int, context_tokens: int,
+                     kv_dtype: str = "fp8", baseline_kv_dtype: str = "bf16", n_gpus: int = 1,
+                     weight_dtype: str | Mapping[str, str] = "bf16", engine: str = "vllm",
+                     efficiency: Efficiency | None = None) -> float:
+    """How much faster one decode step is with a ``kv_dtype`` cache than with a
+    ``baseline_kv_dtype`` one, all else equal: the baseline's step time ÷ this one's (1.25
+    means 25 % faster). Only the KV reads change, so the gain grows with batch × context."""
+    steps = [decode_step(model, gpu, batch=batch, context_tokens=context_tokens, n_gpus=n_gpus,
+                         weight_dtype=weight_dtype, kv_dtype=dtype, engine=engine,
+                         efficiency=efficiency).time_s for dtype in (baseline_kv_dtype, kv_dtype)]
+    return steps[0] / steps[1]
 
 
 def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_tokens: int,

@@ -107,3 +107,37 @@ def memory_validation(overheads: Overheads = VLLM) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["error"] = out["predicted"] / out["logged"] - 1
     return out
+
+
+#: GPU blocks of vLLM's TP-4 Llama-2-70B pool before its December 2023 profiling fix (PR #2031:
+#: "Current main: # GPU blocks: 31615"), in 16-token blocks.
+PRE_PR2031_TOKENS = 31_615 * 16
+
+
+def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
+    """Why each memory row of the book's logs misses by more than 10 % (and each dense row by
+    more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
+    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), and
+    a 2023 engine's profiler (el30, vl02)."""
+    logs = capacity.engine_logs()
+    nontorch_gib = overheads.non_torch_bytes / GIB
+
+    def nontorch(log_id: str) -> str:
+        logged = float(logs.loc[log_id, "non_torch_gib"])
+        pool = float(logs.loc[log_id, "available_kv_gib"])
+        return (f"a 24 GB RTX 3090 whose log prints {logged:.2f} GiB of non-torch memory, where "
+                f"kvlib's calibrated constant is {nontorch_gib:.2f} GiB (fitted mostly on H100 and "
+                f"A100 logs); {nontorch_gib - logged:.2f} GiB is a large share of a {pool:.2f} GiB "
+                f"pool")
+
+    weights_el07 = capacity.log_pool("el07", overheads, use_logged_weights=False).weights_bytes_per_gpu
+    el07 = (f"gpt-oss-120b at utilization 0.95 logs no weights, so kvlib's count of the MXFP4 "
+            f"checkpoint ({weights_el07 / GIB:.1f} GiB) stands in; the Marlin kernel path vLLM "
+            f"takes on Hopper held {float(logs.loc['el06', 'model_weights_gib']):.1f} GiB in el06, "
+            f"and that miss lands on a {float(logs.loc['el07', 'available_kv_gib']):.2f} GiB pool")
+    post_fix = float(logs.loc["el30", "kv_cache_tokens"])
+    profiler = (f"vLLM's December 2023 profiling fix (PR #2031) cut this TP-4 pool from "
+                f"{PRE_PR2031_TOKENS:,} to {post_fix:,.0f} tokens by charging NCCL memory outside "
+                f"torch; kvlib models today's profiler and lands between the two")
+    return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
+            "el30": profiler, "vl02": profiler}

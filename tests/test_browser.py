@@ -89,8 +89,12 @@ def _pages(built_book: Path) -> list[str]:
 WORKING_NOTES = ("not readable here", "not verified here", "not in our store", "year not seen",
                  "publication date not seen")
 
+#: Most lines of code a page may show unfolded (cells that teach: a formula, a worked instance);
+#: tables, charts, glue and checks are folded (hide-input) or removed.
+MAX_VISIBLE_CODE_LINES = 25
+
 #: What a page looks like to a reader, in one pass: sideways scroll, charts outside the article
-#: column, visible working notes, pandas artefacts in table cells, charts drawn.
+#: column, visible working notes, pandas artefacts in table cells, charts drawn, code shown.
 _INSPECT = r"""notes => {
   const se = document.scrollingElement;
   const art = document.querySelector('article.bd-article');
@@ -108,8 +112,12 @@ _INSPECT = r"""notes => {
     .filter(th => th.innerText.trim() === '').length;
   const citeLabels = Array.from(document.querySelectorAll('div.citation > .label'))
     .map(l => l.innerText.replace(/[\[\]]/g, '').trim());
+  const code = Array.from(art.querySelectorAll('div.cell div.cell_input pre'))
+    .filter(p => !p.closest('details:not([open])'))
+    .map(p => p.textContent.replace(/\n+$/, ''));
   return {scrollWidth: se.scrollWidth, clientWidth: se.clientWidth, col, charts, cells, blankHeads,
-          citeLabels,
+          citeLabels, codeLines: code.reduce((n, c) => n + c.split('\n').length, 0),
+          codeChecks: code.filter(c => c.includes('glue(') || c.includes('assert ')).length,
           notes: notes.filter(n => text.includes(n)),
           rawPandas: art.querySelectorAll('table.dataframe').length,
           mathRendered: document.querySelectorAll('mjx-container').length,
@@ -124,7 +132,8 @@ def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, serve
     """At 1,280 and 390 px: every page renders offline (charts drawn, formulas typeset, no
     error, no request leaving the machine), nothing scrolls sideways, every chart lies inside
     the article column, no working note shows, no table cell is a pandas artefact and every
-    bibliography label is author–year."""
+    bibliography label is author–year; no page shows more than ``MAX_VISIBLE_CODE_LINES`` lines
+    of unfolded code, and no unfolded cell glues or asserts."""
     pages = _pages(built_book)
     assert any(p.startswith("chapters/") for p in pages), pages
     failures = []
@@ -154,6 +163,10 @@ def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, serve
             keys = [label for label in seen["citeLabels"] if not _AUTHOR_YEAR.fullmatch(label)]
             if keys:
                 failures.append(f"{where}: bibliography labels that are not author–year {keys[:5]}")
+            if width == 1280 and (seen["codeLines"] > MAX_VISIBLE_CODE_LINES or seen["codeChecks"]):
+                failures.append(f"{rel}: {seen['codeLines']} lines of unfolded code (at most "
+                                f"{MAX_VISIBLE_CODE_LINES}), {seen['codeChecks']} unfolded cells "
+                                f"with glue( or assert")
             if rel == "chapters/01_per_token_kv.html" and (
                     len(seen["charts"]) < 2 or seen["mathRendered"] < 2):
                 failures.append(f"{where}: chapter 1 lost its charts or its formulas")

@@ -296,3 +296,11 @@ def test_cache_layouts_kvlib_does_not_model_are_refused():
     cfg = dict(LLAMA_31_8B, hybrid_layer_pattern=[0, 1] * 16, swa_num_key_value_heads=8)
     with pytest.raises(ValueError, match="swa_num_key_value_heads"):
         Model.from_hf_config(cfg)
+
+
+def test_layer_summary_names_every_kind_in_words():
+    # Nemotron-3-Nano: 6 attention layers among 23 Mamba-2 ones (and stateless MLP/MoE layers)
+    text = kvlib.load_model("nemotron-3-nano-30b-a3b").layer_summary()
+    assert "6 full" in text and "23 Mamba-2" in text and "_" not in text
+    assert kvlib.load_model("qwen3.5-27b").layer_summary() == "16 full, 48 Gated DeltaNet"
+    assert set(kvlib.layers.KIND_NAMES) == set(kvlib.layers.LayerKind.__args__)

@@ -333,3 +333,17 @@ def test_hand_worked_book_claims(results):
     assert v["x39"] == "wrong"
     # e06: gpt-oss-20b all-FP8 853.0 vs sliding layers kept bf16 871.8 tok/s: −2.2 %, not "0 %"
     assert v["e06"] == "misleading" and round(v_recomputed(results, "e06"), 1) == -2.2
+
+
+def test_claims_table_shows_the_chosen_claims_for_a_reader():
+    frame = pd.DataFrame([_row(id="u1", claimed="131072", computation="ratio",
+                               inputs=json.dumps({"numerator": 131072, "denominator": 1})),
+                          _row(id="u2")])
+    results = recheck.recheck_all(frame)
+    html = recheck.claims_table(results, ["u1"])._repr_html_()
+    # the id first, the claimed figure with a thousands separator, only the rows asked for
+    assert ">id<" in html and ">u1<" in html and "u2" not in html
+    assert "131,072" in html
+    assert list(recheck.claims_table(results).frame["id"]) == ["u1", "u2"]
+    with pytest.raises(KeyError, match="u9"):
+        recheck.claims_table(results, ["u9"])

@@ -61,6 +61,25 @@ def test_windows_cap_kv_reads():
     assert short.kv_bytes == long.kv_bytes  # every layer keeps W − 1 = 4,095 tokens
 
 
+def test_every_engine_has_a_name_for_readers():
+    assert set(roofline.ENGINE_NAMES) == set(roofline.ENGINES)
+    from kvlib import paging
+    assert set(paging.engine_block_sizes()["engine"]) <= set(roofline.ENGINE_NAMES)
+
+
+def test_fp8_kv_speedup_halves_only_the_kv_reads():
+    # datasheet roofline, memory-bound: the step is (weights + KV) ÷ 3.35e12; fp8 halves the KV
+    # term only. Llama-3.1-8B at batch 4 and 8,192 tokens: KV = 4 × 8,192 × 131,072 B in bf16
+    w = decode_step("llama-3.1-8b", "h100-sxm", batch=4, context_tokens=0,
+                    efficiency=DATASHEET).weight_bytes
+    kv = 4 * 8192 * 131_072
+    gain = roofline.kv_dtype_speedup("llama-3.1-8b", "h100-sxm", batch=4, context_tokens=8192,
+                                     efficiency=DATASHEET)
+    assert gain == pytest.approx((w + kv) / (w + kv / 2))
+    assert roofline.kv_dtype_speedup("llama-3.1-8b", "h100-sxm", batch=4, context_tokens=8192,
+                                     kv_dtype="bf16") == 1
+
+
 def test_weights_and_kv_stream_at_their_own_shares():
     # Llama-3.1-8B, batch 4 at 1,024 tokens on one H100, dense bf16 (no MoE padding):
     # weights 15,009,849,344 B ÷ 0.8 + KV 4 × 1,024 × 131,072 = 536,870,912 B ÷ 0.5, over 3.35 TB/s

@@ -47,3 +47,15 @@ def test_is_dense():
     assert validation.is_dense("llama-3.1-8b")
     assert not validation.is_dense("gpt-oss-20b")  # MoE with sliding windows
     assert not validation.is_dense("deepseek-v3")  # MLA, MoE
+
+
+def test_every_memory_miss_reason_is_computed_from_the_logs():
+    reasons = validation.memory_miss_reasons()
+    assert set(reasons) == {"el01", "el02", "el07", "el30", "vl02"}
+    # PR #2031: 31,615 blocks of 16 tokens before the fix
+    assert validation.PRE_PR2031_TOKENS == 505_840 and "505,840" in reasons["el30"]
+    assert "RTX 3090" in reasons["el01"] and reasons["el30"] == reasons["vl02"]
+    misses = validation.memory_validation()
+    full = misses[misses["check"] == "full"]
+    beyond = set(full.loc[full["error"].abs() > 0.10, "id"])
+    assert beyond <= set(reasons), beyond - set(reasons)
