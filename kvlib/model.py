@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from .hf_config import Architecture, read_config
@@ -48,6 +49,19 @@ class Model:
         for dtype in (self.dtype, self.ssm_dtype):
             if dtype is not None:
                 dtype_bits(dtype)
+
+    def __hash__(self) -> int:
+        # Hashed once: the caches keyed by a model (kv_bytes, the roofline's attention FLOPs)
+        # would otherwise hash every layer on every call, which costs more than the cached work.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.layers, self.n_heads, self.dtype, self.ssm_dtype))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached hash belongs to this process (string hashes are salted per process)
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
 
     # --- the public arithmetic -------------------------------------------------------------
     def kv_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
@@ -110,11 +124,8 @@ class Model:
         engines keep it even with an fp8 KV cache).
         """
         n = integer("n_tokens", n_tokens, 0)
-        fmt = kv_format(dtype)
-        tp = self.check_tp(tp)
-        per_token = sum(layer.bytes_per_token(fmt, tp) * layer.tokens_held(n)
-                        for layer in self.layers)
-        return per_token + (self.state_bytes(state_dtype, tp) if n > 0 else 0)
+        tp = positive_integer("tp (tensor-parallel degree)", tp)
+        return _kv_bytes(self, n, kv_format(dtype), tp, state_dtype)
 
     def check_tp(self, tp: int) -> int:
         """``tp`` as a positive int, refused where vLLM refuses it: tp must divide the query
@@ -259,3 +270,13 @@ def model_from_layers(name: str, layers: Sequence[AnyLayer], n_heads: int | None
                       dtype: str | None = "bf16") -> Model:
     """A Model from explicit layers (for what-if geometries in the chapters)."""
     return Model(name=name, layers=tuple(layers), n_heads=n_heads, dtype=dtype)
+
+
+@lru_cache(maxsize=8192)
+def _kv_bytes(model: Model, n_tokens: int, fmt: Any, tp: int, state_dtype: str | None) -> int:
+    """``Model.kv_bytes`` for checked arguments (memoized: the serving grid asks for the same
+    model, length and format many times)."""
+    tp = model.check_tp(tp)
+    per_token = sum(layer.bytes_per_token(fmt, tp) * layer.tokens_held(n_tokens)
+                    for layer in model.layers)
+    return per_token + (model.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)

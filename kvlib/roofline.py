@@ -316,6 +316,7 @@ def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str]
     return weight_bytes(scaled, weight_dtype, tp)
 
 
+@lru_cache(maxsize=8192)  # a serving grid asks for the same model, length and tp many times
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
