@@ -20,8 +20,8 @@ speed, time to first token, dollars and the speed model's error out.
    tensor-parallel degree and batch range;
 5. dollars (``ServingPoint.dollars_per_million`` …): price × GPUs ÷ tokens per second.
 
-``serving_points`` runs the pipeline for many request lengths on one engine, sizing each
-degree's pool once; the landing page's grid (``kvlib.answer.answer_grid``) runs it for every
+``Engine`` answers many requests on one engine (model, GPU, formats, utilization), sizing each
+degree's pool once; the landing page's grid (``kvlib.answer.answer_grid``) asks one for every
 model, checkpoint, GPU and setting it offers.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .cost import cost_per_million_tokens
 from .hardware import GPU, load_gpu
 from .model import Model
 from .registry import load_model
-from .roofline import CALIBRATED, Efficiency, serving_steps
+from .roofline import CALIBRATED, Efficiency, ServingSteps, serving_steps
 from .units import GIB
 
 #: Tensor-parallel degrees tried, smallest first (one 8-GPU server at most).
@@ -202,67 +202,85 @@ def _limit(pool: Pool) -> str:
     return "activation" if pool.available_kv_bytes <= 0 else "kv"
 
 
-class _Engine:
-    """One model on one kind of GPU with fixed formats and utilization: each degree's pool is
-    sized once, on first use, and shared by every request asked of it."""
+class Engine:
+    """One model served on one kind of GPU with fixed weight and KV formats, utilization and
+    engine — what ``vllm serve`` is started with, less the GPU count and ``max_model_len`` —
+    asked about requests with ``point``. Each degree's KV pool, and each (degree, batch,
+    lengths) speed, is computed once and shared by every request asked of it (a grid of
+    lengths and ``max_model_len`` values costs one pool per degree).
 
-    def __init__(self, model: Model | str, gpu: str, degrees: Sequence[int], **pool_kw: object):
+    model: a registry slug or a ``Model``; gpu: a slug of data/gpus.csv; tp_degrees: the
+    degrees tried, smallest first; the rest as in ``serving_point``.
+    """
+
+    def __init__(self, model: Model | str, gpu: str, *, tp_degrees: Sequence[int] = TP_DEGREES,
+                 gpu_memory_utilization: float = VLLM_DEFAULT_UTILIZATION_OLD,
+                 kv_dtype: str = "bf16", weight_dtype: str | Mapping[str, str] = "bf16",
+                 engine: str = "vllm", efficiency: Efficiency = CALIBRATED) -> None:
+        if not tp_degrees or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0
+                                 for d in tp_degrees):
+            raise ValueError(f"tp_degrees / n_gpus must be positive integers, got {tp_degrees!r}")
         self.model = model if isinstance(model, Model) else load_model(model)
         self.slug = model if isinstance(model, str) else self.model.name
         self.gpu: GPU = load_gpu(gpu)
-        self.pool_kw = pool_kw
-        self.degrees = [tp for tp in degrees if self.model.supports_tp(tp)
-                        and not (tp > 1 and self.gpu.link_bytes_per_s is None)]
+        self.tp_degrees = tuple(sorted(tp_degrees))
+        self._pool_kw = dict(gpu_memory_utilization=gpu_memory_utilization,
+                             weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        self._step_kw = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
+                             efficiency=efficiency)
+        self._base = dict(model=self.slug, model_name=self.model.name, gpu=self.gpu.slug,
+                          gpu_name=self.gpu.name, weight_format=format_label(weight_dtype),
+                          kv_dtype=kv_dtype, gpu_memory_utilization=float(gpu_memory_utilization),
+                          engine=engine)
         self._pools: dict[int, Pool] = {}
+        self._steps: dict[tuple[int, int, int, int], ServingSteps] = {}
+
+    def runs_on(self, tp: int) -> bool:
+        """Whether vLLM would run this model on ``tp`` of these GPUs (the heads split, and a
+        GPU-to-GPU link is sourced when tp > 1)."""
+        return self.model.supports_tp(tp) and not (tp > 1 and self.gpu.link_bytes_per_s is None)
 
     def pool(self, tp: int) -> Pool:
+        """The KV pool on ``tp`` GPUs (``capacity.kv_pool``), sized once."""
         if tp not in self._pools:
-            self._pools[tp] = kv_pool(self.model, self.gpu, n_gpus=tp, **self.pool_kw)
+            self._pools[tp] = kv_pool(self.model, self.gpu, n_gpus=tp, **self._pool_kw)
         return self._pools[tp]
 
-    def smallest(self, max_model_len: int) -> Pool | None:
-        """The pool of the smallest degree that holds one request of ``max_model_len`` tokens."""
-        return next((self.pool(tp) for tp in self.degrees
-                     if self.pool(tp).max_concurrency(max_model_len) >= 1), None)
+    def _serving_steps(self, tp: int, batch: int, input_tokens: int,
+                       output_tokens: int) -> ServingSteps:
+        key = (tp, batch, input_tokens, output_tokens)
+        if key not in self._steps:
+            self._steps[key] = serving_steps(self.model, self.gpu, batch=batch,
+                                             input_tokens=input_tokens,
+                                             output_tokens=output_tokens, n_gpus=tp,
+                                             **self._step_kw)
+        return self._steps[key]
 
-
-def serving_points(model: Model | str, gpu: str, requests: Sequence[tuple[int, int]], *,
-                   n_gpus: int | None = None, batch: int | None = None,
-                   tp_degrees: Sequence[int] = TP_DEGREES,
-                   gpu_memory_utilization: float = VLLM_DEFAULT_UTILIZATION_OLD,
-                   kv_dtype: str = "bf16", weight_dtype: str | Mapping[str, str] = "bf16",
-                   engine: str = "vllm", efficiency: Efficiency = CALIBRATED,
-                   max_model_len: int | None = None) -> list[ServingPoint]:
-    """``serving_point`` for each ``(input_tokens, output_tokens)`` of ``requests`` on one
-    engine (the same model, GPU, formats, utilization and max_model_len): each degree's KV pool
-    is sized once and shared by every request. Arguments as in ``serving_point``."""
-    degrees = sorted(tp_degrees) if n_gpus is None else [n_gpus]
-    if not degrees or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0 for d in degrees):
-        raise ValueError(f"tp_degrees / n_gpus must be positive integers, got "
-                         f"{tp_degrees if n_gpus is None else n_gpus!r}")
-    if batch is not None:
-        _positive("batch", batch)
-    if max_model_len is not None:
-        _positive("max_model_len", max_model_len)
-    checked = [(_positive("input_tokens", i), _positive("output_tokens", o)) for i, o in requests]
-    eng = _Engine(model, gpu, degrees, gpu_memory_utilization=gpu_memory_utilization,
-                  weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    base = dict(model=eng.slug, model_name=eng.model.name, gpu=gpu, gpu_name=eng.gpu.name,
-                weight_format=format_label(weight_dtype), kv_dtype=kv_dtype,
-                gpu_memory_utilization=float(gpu_memory_utilization), engine=engine)
-    step_kw = dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
-                   efficiency=efficiency)
-    out = []
-    for input_tokens, output_tokens in checked:
+    def point(self, input_tokens: int, output_tokens: int, *, max_model_len: int | None = None,
+              n_gpus: int | None = None, batch: int | None = None) -> ServingPoint:
+        """The ``ServingPoint`` of requests of ``input_tokens`` + ``output_tokens`` on this
+        engine started with ``max_model_len`` (None: the request's length) on ``n_gpus`` GPUs
+        (None: the smallest degree tried that holds one request of max_model_len) with
+        ``batch`` requests in flight (None: as many as the pool holds)."""
+        input_tokens = _positive("input_tokens", input_tokens)
+        output_tokens = _positive("output_tokens", output_tokens)
+        if n_gpus is not None:
+            _positive("n_gpus", n_gpus)
+        if batch is not None:
+            _positive("batch", batch)
         context = input_tokens + output_tokens
-        limit_len = context if max_model_len is None else max_model_len
+        limit_len = context if max_model_len is None else _positive("max_model_len",
+                                                                   max_model_len)
         if limit_len < context:
             raise ValueError(f"requests of {context:,} tokens exceed max_model_len "
                              f"{limit_len:,}: vLLM refuses them")
-        check_max_model_len(eng.model, limit_len)
-        pool = eng.smallest(limit_len)
-        shown = pool or (eng.pool(eng.degrees[-1]) if eng.degrees else None)
-        terms = dict(base, input_tokens=input_tokens, output_tokens=output_tokens,
+        check_max_model_len(self.model, limit_len)
+        tried = [tp for tp in (self.tp_degrees if n_gpus is None else (n_gpus,))
+                 if self.runs_on(tp)]
+        pool = next((self.pool(tp) for tp in tried
+                     if self.pool(tp).max_concurrency(limit_len) >= 1), None)
+        shown = pool or (self.pool(tried[-1]) if tried else None)
+        terms = dict(self._base, input_tokens=input_tokens, output_tokens=output_tokens,
                      max_model_len=limit_len, tried_gpus=shown.n_gpus if shown else 0,
                      budget_bytes=shown.budget_bytes if shown else 0,
                      weights_bytes=shown.weights_bytes_per_gpu if shown else 0,
@@ -277,24 +295,22 @@ def serving_points(model: Model | str, gpu: str, requests: Sequence[tuple[int, i
                                  prefill_time_share=0.0, bound="", band=None,
                                  limit=_limit(shown) if shown else "tp")
             if n_gpus is not None:
-                raise DoesNotFit(eng.slug, gpu, limit_len, degrees, point.why_not())
-            out.append(point)
-            continue
+                raise DoesNotFit(self.slug, self.gpu.slug, limit_len, (n_gpus,),
+                                 point.why_not())
+            return point
         concurrency = pool.max_concurrency(context)
         held = min(math.floor(concurrency), pool.max_num_seqs)
         if batch is not None and batch > held:
             raise BatchTooLarge(batch, min(concurrency, pool.max_num_seqs))
         running = held if batch is None else batch
-        steps = serving_steps(eng.model, eng.gpu, batch=running, input_tokens=input_tokens,
-                              output_tokens=output_tokens, n_gpus=pool.n_gpus, **step_kw)
-        out.append(ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
-                                batch=running, tpot_s=steps.tpot_s, ttft_s=steps.ttft_s,
-                                tokens_per_s=steps.tokens_per_s,
-                                per_user_tokens_per_s=steps.per_user_tokens_per_s,
-                                prefill_time_share=steps.prefill_time_share,
-                                bound=steps.decode.bound,
-                                band=calibrate.error_band(pool.n_gpus, running), limit=""))
-    return out
+        steps = self._serving_steps(pool.n_gpus, running, input_tokens, output_tokens)
+        return ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
+                            batch=running, tpot_s=steps.tpot_s, ttft_s=steps.ttft_s,
+                            tokens_per_s=steps.tokens_per_s,
+                            per_user_tokens_per_s=steps.per_user_tokens_per_s,
+                            prefill_time_share=steps.prefill_time_share,
+                            bound=steps.decode.bound,
+                            band=calibrate.error_band(pool.n_gpus, running), limit="")
 
 
 def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tokens: int,
@@ -313,10 +329,12 @@ def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tok
     context the engine is started with (None: input + output), which one request must fit
     and which the model must accept. A model that fits no degree comes back with
     ``n_gpus = 0``, zeros and its ``limit``; a given ``n_gpus`` that does not fit raises
-    DoesNotFit.
+    DoesNotFit. ``Engine`` answers many requests on one engine at the cost of one.
     """
-    return serving_points(model, gpu, [(input_tokens, output_tokens)], n_gpus=n_gpus,
-                          batch=batch, tp_degrees=tp_degrees,
-                          gpu_memory_utilization=gpu_memory_utilization, kv_dtype=kv_dtype,
-                          weight_dtype=weight_dtype, engine=engine, efficiency=efficiency,
-                          max_model_len=max_model_len)[0]
+    for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+        _positive(name, value)
+    degrees = tp_degrees if n_gpus is None else (_positive("n_gpus", n_gpus),)
+    return Engine(model, gpu, tp_degrees=degrees, gpu_memory_utilization=gpu_memory_utilization,
+                  kv_dtype=kv_dtype, weight_dtype=weight_dtype, engine=engine,
+                  efficiency=efficiency).point(input_tokens, output_tokens, n_gpus=n_gpus,
+                                               max_model_len=max_model_len, batch=batch)
