@@ -131,17 +131,7 @@ class Model:
         """``tp`` as a positive int, refused where vLLM refuses it: tp must divide the query
         heads (``ModelConfig.verify_with_parallel_config``), and every layer must split across
         tp GPUs (KV heads divide tp or tp divides them; recurrent heads divide evenly)."""
-        tp = positive_integer("tp (tensor-parallel degree)", tp)
-        if self.n_heads is not None and self.n_heads % tp:
-            raise ValueError(f"model {self.name!r}: {self.n_heads} query heads cannot be split "
-                             f"across tp={tp} GPUs: tp must divide them")
-        for layer in {id(layer): layer for layer in self.layers}.values():
-            try:
-                layer.elements_per_token(tp)
-                layer.state_elements(tp)
-            except ValueError as exc:
-                raise ValueError(f"model {self.name!r}: {exc}") from None
-        return tp
+        return _check_tp(self, positive_integer("tp (tensor-parallel degree)", tp))
 
     def supports_tp(self, tp: int) -> bool:
         """Whether vLLM would run this model on ``tp`` tensor-parallel GPUs (``check_tp``)."""
@@ -277,6 +267,32 @@ def _kv_bytes(model: Model, n_tokens: int, fmt: Any, tp: int, state_dtype: str |
     """``Model.kv_bytes`` for checked arguments (memoized: the serving grid asks for the same
     model, length and format many times)."""
     tp = model.check_tp(tp)
-    per_token = sum(layer.bytes_per_token(fmt, tp) * layer.tokens_held(n_tokens)
-                    for layer in model.layers)
+    distinct, order = distinct_layers(model)
+    each = [layer.bytes_per_token(fmt, tp) * layer.tokens_held(n_tokens) for layer in distinct]
+    per_token = sum(each[i] for i in order)
     return per_token + (model.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)
+
+
+@lru_cache(maxsize=512)
+def distinct_layers(model: Model) -> tuple[tuple[AnyLayer, ...], tuple[int, ...]]:
+    """The model's distinct layers (equal layers once) and, for each of its layers in order,
+    the index of its distinct twin: a per-layer sum evaluates each kind of layer once and adds
+    the values in the model's own order (the same float sum as a loop over every layer)."""
+    index: dict[AnyLayer, int] = {}
+    order = tuple(index.setdefault(layer, len(index)) for layer in model.layers)
+    return tuple(index), order
+
+
+@lru_cache(maxsize=4096)
+def _check_tp(model: Model, tp: int) -> int:
+    """``Model.check_tp`` for a positive int (memoized: pools and steps ask it every time)."""
+    if model.n_heads is not None and model.n_heads % tp:
+        raise ValueError(f"model {model.name!r}: {model.n_heads} query heads cannot be split "
+                         f"across tp={tp} GPUs: tp must divide them")
+    for layer in {id(layer): layer for layer in model.layers}.values():
+        try:
+            layer.elements_per_token(tp)
+            layer.state_elements(tp)
+        except ValueError as exc:
+            raise ValueError(f"model {model.name!r}: {exc}") from None
+    return tp

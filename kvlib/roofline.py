@@ -41,7 +41,7 @@ from functools import lru_cache
 from .capacity import _resolve_gpu, _resolve_model
 from .checks import integer, number, positive_integer
 from .hardware import GPU, allreduce_latency, compute_dtype_for
-from .model import Model
+from .model import Model, distinct_layers
 from .params import ParamCounts, params_for, weight_bits, weight_bytes
 
 #: Engines with fitted step costs; on an AMD GPU the engine's ROCm build is its own entry.
@@ -322,8 +322,10 @@ def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) ->
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
     d_v) per cached token, windows capped; MLA in its absorbed latent form, d_k = r + d_R,
     d_v = r; recurrent layers ≈ 4 FLOPs per state element)."""
-    return sum(layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
-               for layer in model.layers)
+    distinct, order = distinct_layers(model)
+    each = [layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
+            for layer in distinct]
+    return sum(each[i] for i in order)
 
 
 def _compute_dtype(weight_dtype: str | Mapping[str, str]) -> str:

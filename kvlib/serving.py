@@ -233,12 +233,17 @@ class Engine:
                           kv_dtype=kv_dtype, gpu_memory_utilization=float(gpu_memory_utilization),
                           engine=engine)
         self._pools: dict[int, Pool] = {}
-        self._steps: dict[tuple[int, int, int, int], ServingSteps] = {}
+        self._steps: dict[tuple[int, int, int, int],
+                          tuple[ServingSteps, calibrate.ErrorBand]] = {}
+        self._runs: dict[int, bool] = {}
 
     def runs_on(self, tp: int) -> bool:
         """Whether vLLM would run this model on ``tp`` of these GPUs (the heads split, and a
         GPU-to-GPU link is sourced when tp > 1)."""
-        return self.model.supports_tp(tp) and not (tp > 1 and self.gpu.link_bytes_per_s is None)
+        if tp not in self._runs:
+            self._runs[tp] = (self.model.supports_tp(tp)
+                              and not (tp > 1 and self.gpu.link_bytes_per_s is None))
+        return self._runs[tp]
 
     def pool(self, tp: int) -> Pool:
         """The KV pool on ``tp`` GPUs (``capacity.kv_pool``), sized once."""
@@ -247,13 +252,14 @@ class Engine:
         return self._pools[tp]
 
     def _serving_steps(self, tp: int, batch: int, input_tokens: int,
-                       output_tokens: int) -> ServingSteps:
+                       output_tokens: int) -> tuple[ServingSteps, calibrate.ErrorBand]:
         key = (tp, batch, input_tokens, output_tokens)
         if key not in self._steps:
-            self._steps[key] = serving_steps(self.model, self.gpu, batch=batch,
-                                             input_tokens=input_tokens,
-                                             output_tokens=output_tokens, n_gpus=tp,
-                                             **self._step_kw)
+            self._steps[key] = (serving_steps(self.model, self.gpu, batch=batch,
+                                              input_tokens=input_tokens,
+                                              output_tokens=output_tokens, n_gpus=tp,
+                                              **self._step_kw),
+                                calibrate.error_band(tp, batch))
         return self._steps[key]
 
     def point(self, input_tokens: int, output_tokens: int, *, max_model_len: int | None = None,
@@ -303,14 +309,14 @@ class Engine:
         if batch is not None and batch > held:
             raise BatchTooLarge(batch, min(concurrency, pool.max_num_seqs))
         running = held if batch is None else batch
-        steps = self._serving_steps(pool.n_gpus, running, input_tokens, output_tokens)
+        steps, band = self._serving_steps(pool.n_gpus, running, input_tokens, output_tokens)
         return ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
                             batch=running, tpot_s=steps.tpot_s, ttft_s=steps.ttft_s,
                             tokens_per_s=steps.tokens_per_s,
                             per_user_tokens_per_s=steps.per_user_tokens_per_s,
                             prefill_time_share=steps.prefill_time_share,
                             bound=steps.decode.bound,
-                            band=calibrate.error_band(pool.n_gpus, running), limit="")
+                            band=band, limit="")
 
 
 def serving_point(model: Model | str, gpu: str, *, input_tokens: int, output_tokens: int,
