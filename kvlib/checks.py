@@ -12,9 +12,12 @@ import operator
 
 def integer(name: str, value: object, minimum: int | None = 0, maximum: int | None = None) -> int:
     """``value`` as a Python int within [minimum, maximum] (either bound may be None)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if type(value) is int:  # the common case, without the slower numbers.Integral check
+        result = value
+    elif isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    result = operator.index(value)
+    else:
+        result = operator.index(value)
     if minimum is not None and result < minimum:
         raise ValueError(f"{name} must be >= {minimum:,}, got {result:,}")
     if maximum is not None and result > maximum:
@@ -30,7 +33,8 @@ def positive_integer(name: str, value: object, maximum: int | None = None) -> in
 def number(name: str, value: object, *, minimum: float | None = None,
            maximum: float | None = None, positive: bool = False) -> float:
     """``value`` as a finite float within the bounds (``positive``: strictly above 0)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if type(value) is not float and (isinstance(value, bool)
+                                     or not isinstance(value, numbers.Real)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     result = float(value)
     if not math.isfinite(result):

@@ -414,9 +414,24 @@ def prefill_step(model: Model | str, gpu: GPU | str, *, batch: int, prompt_token
     once, writes the prompts' KV, and does 2 × active params per token plus causal attention."""
     positive_integer("batch", batch)
     positive_integer("prompt_tokens", prompt_tokens)
+    fmt = (tuple(sorted(weight_dtype.items())) if isinstance(weight_dtype, Mapping)
+           else weight_dtype)
+    try:  # memoized: prefix-cache prices ask for the same prompt again and again
+        return _prefill_step(model, gpu, batch, prompt_tokens, n_gpus, fmt, kv_dtype, engine,
+                             efficiency)
+    except TypeError:  # an unhashable argument: let step() name what is wrong with it
+        return step(model, gpu, prefill_tokens=batch * prompt_tokens,
+                    prompt_tokens=prompt_tokens, n_gpus=n_gpus, weight_dtype=weight_dtype,
+                    kv_dtype=kv_dtype, engine=engine, efficiency=efficiency)
+
+
+@lru_cache(maxsize=8192)
+def _prefill_step(model: Model | str, gpu: GPU | str, batch: int, prompt_tokens: int,
+                  n_gpus: int, fmt: str | tuple, kv_dtype: str, engine: str,
+                  efficiency: Efficiency | None) -> Step:
     return step(model, gpu, prefill_tokens=batch * prompt_tokens, prompt_tokens=prompt_tokens,
-                n_gpus=n_gpus, weight_dtype=weight_dtype, kv_dtype=kv_dtype, engine=engine,
-                efficiency=efficiency)
+                n_gpus=n_gpus, weight_dtype=fmt if isinstance(fmt, str) else dict(fmt),
+                kv_dtype=kv_dtype, engine=engine, efficiency=efficiency)
 
 
 @dataclass(frozen=True)
