@@ -6,8 +6,8 @@ plain HTML, what a reader without JavaScript sees) and the data of
 ``book/_static/kvlib-calculator.js`` unpacks it in the browser and draws the controls and the
 figures. Ids are hashes of the content, so executing a chapter twice gives identical outputs.
 
-``downloads(files)`` emits links to CSV files and carries the files themselves in the output
-(media type ``DOWNLOADS_MIME``, gzip + base64 per file); ``book/_ext/downloads.py`` writes them
+``downloads(files)`` emits links to CSV files and carries the files themselves in the output's
+metadata (key ``DOWNLOADS_KEY``, gzip + base64 per file); ``book/_ext/downloads.py`` writes them
 into the built book's ``_static/downloads/`` folder, so the links work offline.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import pandas as pd
 
-#: Media type of the files a ``downloads`` output carries (read by book/_ext/downloads.py).
-DOWNLOADS_MIME = "application/vnd.kvlib.downloads+json"
+#: Output-metadata key of the files a ``downloads`` output carries (book/_ext/downloads.py).
+DOWNLOADS_KEY = "kvlib_downloads"
 #: Where the built book keeps the downloads, relative to a chapter's page.
 DOWNLOADS_URL = "../_static/downloads/"
 
@@ -40,13 +40,14 @@ def unpack(packed: str) -> str:
 
 
 class Html:
-    """An output shown as HTML, with extra media types carried beside it."""
+    """An output shown as HTML, carrying ``metadata`` beside it (not shown)."""
 
-    def __init__(self, markup: str, extra: Mapping[str, Any] | None = None) -> None:
-        self.markup, self.extra = markup, dict(extra or {})
+    def __init__(self, markup: str, metadata: Mapping[str, Any] | None = None) -> None:
+        self.markup, self.metadata = markup, dict(metadata or {})
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        return {"text/html": self.markup, "text/plain": "<kvlib output>", **self.extra}
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None
+                          ) -> tuple[dict[str, str], dict[str, Any]]:
+        return {"text/html": self.markup, "text/plain": "<kvlib output>"}, self.metadata
 
 
 def calculator(data: Mapping[str, Any], summary: str) -> Html:
@@ -84,11 +85,12 @@ def downloads(files: Mapping[str, tuple[str, str]], also: Mapping[str, str] | No
         rows = text.count("\n") - 1
         links.append(f'<li><a class="kvlib-download" href="{DOWNLOADS_URL}{name}" '
                      f'download="{name}">{html.escape(label)}</a> '
-                     f"<span class=\"kvlib-download-size\">(CSV, {rows:,} rows, "
+                     f"<span class=\"kvlib-download-size\">(CSV, {rows:,} "
+                     f"row{'s' * (rows != 1)}, "
                      f"{len(text.encode()) / 1e6:,.1f} MB)</span></li>")
         carried[name] = pack(text)
     for name, label in (also or {}).items():
         links.append(f'<li><a class="kvlib-download" href="{DOWNLOADS_URL}{_check_name(name)}" '
                      f'download="{name}">{html.escape(label)}</a> (CSV)</li>')
     return Html('<ul class="kvlib-downloads">' + "".join(links) + "</ul>",
-                {DOWNLOADS_MIME: carried})
+                {DOWNLOADS_KEY: carried})

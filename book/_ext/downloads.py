@@ -1,7 +1,7 @@
 """Sphinx extension: publish the CSV files the chapters offer for download.
 
 A chapter's ``kvlib.calculator.downloads`` output links to ``_static/downloads/<name>`` and
-carries each file (gzip + base64) under the media type ``kvlib.calculator.DOWNLOADS_MIME``;
+carries each file (gzip + base64) in its metadata under ``kvlib.calculator.DOWNLOADS_KEY``;
 this extension writes them there after the HTML is built, so every link works offline. Two
 chapters offering the same file name is an error.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sphinx.errors import ExtensionError
 
-from kvlib.calculator import DOWNLOADS_MIME, unpack
+from kvlib.calculator import DOWNLOADS_KEY, unpack
 
 
 def offered_files(notebooks: list[Path]) -> dict[str, tuple[str, str]]:
@@ -22,7 +22,7 @@ def offered_files(notebooks: list[Path]) -> dict[str, tuple[str, str]]:
         nb = json.loads(path.read_text(encoding="utf-8"))
         for cell in nb.get("cells", []):
             for out in cell.get("outputs", []):
-                for name, packed in out.get("data", {}).get(DOWNLOADS_MIME, {}).items():
+                for name, packed in out.get("metadata", {}).get(DOWNLOADS_KEY, {}).items():
                     if name in found and found[name][0] != path.name:
                         raise ExtensionError(f"download {name} is offered by {found[name][0]} "
                                              f"and {path.name}")
