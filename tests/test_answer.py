@@ -240,3 +240,10 @@ def test_landing_page_and_chapter_four_give_one_answer(executed_book):
     assert _glued(landing, "a_cost") == pytest.approx(
         row["output_cost"] * _glued(landing, "a_price"), rel=1e-12)
     assert _glued(landing, "a_tps") == pytest.approx(_glued(ch4, "c4_case_tps"), rel=1e-12)
+
+
+def test_the_prefix_line_uses_chapter_sevens_example_hit_rate():
+    source = (Path(__file__).resolve().parent.parent / "chapters" / "07_prefix_caching.md").read_text()
+    (rate,) = [line.split("=")[1].split("#")[0] for line in source.splitlines()
+               if line.startswith("landing_hit_rate =")]
+    assert float(rate) == answer.PREFIX_HIT_RATE
