@@ -293,7 +293,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     _pick(calc, "model", "Llama-3.1-405B")
     _pick(calc, "weights", "bf16")
     text = _card_text(calc)
-    assert "Does not fit — the weights: the weights alone" in text
+    assert "Does not fit (weights): the weights alone, 94.5 GiB per GPU on 8 GPUs" in text
     assert "Would fit with fp8 weights" in text
     assert not reader.problems
 

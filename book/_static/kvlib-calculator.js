@@ -176,10 +176,9 @@
       var n = r[cols.n_gpus];
       if (n === 0) {
         var why = data.texts[r[cols.n_gpus + 2]], fit = data.texts[r[cols.n_gpus + 3]];
-        var limitWord = {weights: "the weights", activation: "weights and activations",
-                         kv: "the KV cache", tp: "the GPU count",
-                         format: "not modelled"}[r[cols.n_gpus + 1]];
-        line("kc-nofit", "Does not fit — " + limitWord + ": " + why + ".");
+        var limitWord = {weights: "weights", activation: "weights + activation peak",
+                         kv: "KV cache", tp: "GPU count", format: "not modelled"}[r[cols.n_gpus + 1]];
+        line("kc-nofit", "Does not fit (" + limitWord + "): " + why + ".");
         if (fit) { line("kc-wouldfit", fit.charAt(0).toUpperCase() + fit.slice(1) + "."); }
         return;
       }
