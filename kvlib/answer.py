@@ -1,27 +1,47 @@
-"""The book's one-screen answer: a model, a GPU and a request length in; how many GPUs, how
-many requests, how fast and what a token costs out — ``serving.serving_point`` (the one serving
-pipeline) for every model × GPU × length the landing page offers.
+"""The landing page's calculator: a model, a checkpoint, a GPU and the settings people pass to
+``vllm serve`` in; GPUs, requests in flight, speed, time to first token, dollars and the speed
+model's error out — ``serving.Engine`` (the one serving pipeline) asked about every choice the
+page offers, once, when the book is built. The page only looks rows up; dollars are linear in
+the price per GPU-hour, so the grid holds them at $1 and the page multiplies by the price.
 
-A request of ``context_tokens`` holds ``context_tokens − output_tokens`` prompt tokens and
-``output_tokens`` generated ones (``case``). Weights are served in the format each model is
-published in (``published_weight_format``). ``answer_grid`` tabulates it for the landing page's
-chart, which does the last step — $/1M tokens from the price slider — in the browser.
+* Checkpoints (``weight_choices``): the format a model is published in (its config's
+  ``quantization_config``, else bf16) and each row of ``data/weight_checkpoints.csv`` naming a
+  published checkpoint of the same architecture in another format (FP8, 4-bit AWQ), with its
+  repository and source. A model *has* an fp8 or int4 checkpoint when, and only when, its
+  config or such a row says so.
+* Prices (``market_prices``): per GPU and kind of offer (on-demand, spot, committed,
+  marketplace), the median of the dated rows of ``data/prices.csv`` of that kind, naming them —
+  the undated rows only when a GPU has no dated one of that kind, and then said so.
+* The grid (``answer_grid``): one row per model × checkpoint × KV dtype × utilization × GPU ×
+  max_model_len × request (input + output tokens), never past a model's maximum context; a
+  case that does not fit says why and what would (``would_fit``).
+* What to buy (``cheapest``): per model and request, the cheapest GPU × count whose per-user
+  speed reaches a floor at market prices.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from .hardware import gpu_slugs, load_gpu, load_prices
-from .registry import load_model
-from .serving import ServingPoint, serving_point
+from .capacity import derived_max_model_len
+from .cost import cost_per_million_tokens
+from .data import csv_path
+from .hardware import compute_dtype_for, gpu_slugs, load_gpu, load_prices
+from .prefix_cost import input_cost_per_million
+from .registry import load_model, model_record
+from .serving import TP_DEGREES, Engine, ServingPoint
 
-#: Generated tokens of a landing-page request; the rest of its length is prompt.
-OUTPUT_TOKENS = 1024
+#: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
+#: (a value not listed here is a kind of its own).
+PRICING_KINDS: dict[str, str] = {
+    "on-demand": "on-demand", "spot": "spot", "marketplace": "marketplace",
+    "committed-capacity-block": "committed", "committed-1y": "committed",
+    "reserved": "committed",
+}
 
 #: Checkpoint formats read from a config's ``quantization_config.quant_method`` → the
 #: ``weight_dtype`` kvlib serves them in (others, e.g. GPTQ's bit widths, are not guessed).
@@ -29,6 +49,13 @@ _QUANT_FORMATS: dict[str, str | dict[str, str]] = {
     "fp8": "fp8",  # DeepSeek-V3/R1, Kimi-K2, MiniMax: block-wise FP8 linear layers
     "mxfp4": {"experts": "mxfp4"},  # gpt-oss: MXFP4 routed experts, the rest bf16
 }
+
+#: The page's name for a weight format (``weight_choices``); 4-bit formats are all "int4".
+_LABELS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int4": "int4", "int4-g128": "int4",
+           "int4-g128-zp": "int4", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
+
+#: The prefix-cache hit rate of the page's input-price line (chapter 7's landing example).
+PREFIX_HIT_RATE = 0.6
 
 
 def published_weight_format(slug: str) -> str | dict[str, str]:
@@ -47,6 +74,53 @@ def published_weight_format(slug: str) -> str | dict[str, str]:
     return dict(fmt) if isinstance(fmt, Mapping) else fmt
 
 
+def weight_label(weight_format: str | Mapping[str, str]) -> str:
+    """The page's short name of a weight format: "bf16", "fp8", "int4", "mxfp4 experts"."""
+    if isinstance(weight_format, Mapping):
+        return ", ".join(f"{_LABELS.get(v, v)} {k}" for k, v in sorted(weight_format.items()))
+    if weight_format not in _LABELS:
+        raise ValueError(f"weight format {weight_format!r} has no label (known: "
+                         f"{', '.join(_LABELS)})")
+    return _LABELS[weight_format]
+
+
+@dataclass(frozen=True)
+class WeightChoice:
+    """One checkpoint of a model the page offers: label ("bf16", "fp8", "int4", …),
+    weight_format (as ``params.weight_bytes`` reads it), repository and source_url (where it is
+    published and where that is stated), published (the registry's own config: the model as
+    its publisher ships it)."""
+
+    label: str
+    weight_format: str | Mapping[str, str]
+    repository: str
+    source_url: str
+    published: bool
+
+
+def checkpoint_rows() -> pd.DataFrame:
+    """``data/weight_checkpoints.csv``: published checkpoints in other formats, one per row."""
+    return pd.read_csv(csv_path("weight_checkpoints.csv"), dtype=str, keep_default_na=False)
+
+
+def weight_choices(slug: str) -> list[WeightChoice]:
+    """The checkpoints of registry model ``slug``: the published one first, then the rows of
+    ``data/weight_checkpoints.csv`` for it. ValueError when two share a label."""
+    record = model_record(slug)
+    published = published_weight_format(slug)
+    choices = [WeightChoice(weight_label(published), published,
+                            record["source"].get("repo", slug), record["source"]["url"], True)]
+    rows = checkpoint_rows()
+    for row in rows[rows["model"] == slug].itertuples():
+        choices.append(WeightChoice(weight_label(row.weight_format), row.weight_format,
+                                    row.repository, row.source_url, False))
+    labels = [c.label for c in choices]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"{slug}: two checkpoints with the same label in {labels} "
+                         "(data/weight_checkpoints.csv)")
+    return choices
+
+
 def complete_gpus() -> list[str]:
     """GPUs of ``data/gpus.csv`` with everything the answer needs: a memory size, a sourced
     bandwidth and a sourced dense bf16 FLOP/s (sorted by slug)."""
@@ -59,8 +133,8 @@ def complete_gpus() -> list[str]:
 
 
 def price_range(gpu: str) -> tuple[float, float, float] | None:
-    """(lowest, median, highest) $/GPU-hour over the rows of ``data/prices.csv`` for ``gpu``,
-    or None when it has none."""
+    """(lowest, median, highest) $/GPU-hour over every row of ``data/prices.csv`` for
+    ``gpu``, or None when it has none."""
     prices = load_prices()
     rows = prices.loc[prices["gpu"] == gpu, "dollars_per_gpu_hour"].astype(float)
     if rows.empty:
@@ -68,51 +142,415 @@ def price_range(gpu: str) -> tuple[float, float, float] | None:
     return float(rows.min()), float(rows.median()), float(rows.max())
 
 
-def case(model: str, gpu: str, context_tokens: int, *, output_tokens: int = OUTPUT_TOKENS,
-         **kwargs: Any) -> ServingPoint:
-    """The landing page's case: ``serving.serving_point`` for requests of ``context_tokens``
-    (``context_tokens − output_tokens`` prompt, ``output_tokens`` generated) with the model's
-    published weight format; ``kwargs`` go to ``serving_point``."""
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, int):
-        raise ValueError(f"context_tokens must be an integer, got {context_tokens!r}")
-    if context_tokens <= output_tokens:
-        raise ValueError(f"context_tokens ({context_tokens}) leaves no prompt beside "
-                         f"{output_tokens} output tokens")
-    return serving_point(model, gpu, input_tokens=context_tokens - output_tokens,
-                         output_tokens=output_tokens,
-                         weight_dtype=published_weight_format(model), **kwargs)
+def market_prices() -> pd.DataFrame:
+    """Per GPU and kind of offer (``PRICING_KINDS``): ``dollars_per_gpu_hour``, the median of
+    that kind's dated rows in ``data/prices.csv`` (of its undated rows when none is dated:
+    ``dated`` False); ``n`` rows used and ``rows``, naming them (provider, offering, date,
+    price). One row per (gpu, kind) that has offers."""
+    prices = load_prices()
+    prices = prices.assign(kind=prices["pricing"].map(lambda p: PRICING_KINDS.get(p, p)),
+                           dated=prices["date"].str.strip() != "")
+    out = []
+    for (gpu, kind), group in prices.groupby(["gpu", "kind"], sort=True):
+        used = group[group["dated"]] if group["dated"].any() else group
+        named = "; ".join(f"{r.provider}, {r.offering}"
+                          f"{f' ({r.date})' if r.date else ' (undated)'}: "
+                          f"${float(r.dollars_per_gpu_hour):.2f}"
+                          for r in used.itertuples())
+        out.append({"gpu": gpu, "kind": kind,
+                    "dollars_per_gpu_hour": float(used["dollars_per_gpu_hour"].astype(float)
+                                                  .median()),
+                    "n": len(used), "dated": bool(group["dated"].any()), "rows": named})
+    return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "rows"])
 
 
-def answer_grid(models: Iterable[str], gpus: Iterable[str], contexts: Iterable[int], *,
-                output_tokens: int = OUTPUT_TOKENS, **kwargs: Any) -> pd.DataFrame:
-    """One row per (model, GPU, context): the ``serving.ServingPoint`` fields (the error band as
-    ``band_low``, ``band_high``, ``band_median``, ``band_scope``) plus ``context_tokens``,
-    ``fits``, ``tokens_per_s_per_gpu`` and the GPU's listed price range (``price_low``,
-    ``price_median``, ``price_high`` in $/GPU-hour; NaN without a row in ``data/prices.csv``).
+def market_price(gpu: str, kind: str = "on-demand") -> float | None:
+    """The median $/GPU-hour of ``gpu``'s offers of ``kind`` (``market_prices``), or None."""
+    table = market_prices()
+    hit = table[(table["gpu"] == gpu) & (table["kind"] == kind)]
+    return float(hit["dollars_per_gpu_hour"].iloc[0]) if len(hit) else None
 
-    Each row is ``case(model, gpu, context)``; ``kwargs`` go to ``serving_point``
-    (utilization, KV dtype, engine, efficiency, TP degrees).
+
+def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
+    """The ``max_model_len`` values offered for ``slug``: those of ``lengths`` below the
+    model's maximum context, and the maximum itself (vLLM's default when none is given).
+
+    ValueError when the model's config states no maximum: then no length can be checked
+    against it."""
+    limit = derived_max_model_len(load_model(slug))
+    if limit is None:
+        raise ValueError(f"{slug}: its config states no maximum context, so the lengths "
+                         "offered cannot be checked against it; leave it out of the grid")
+    return sorted({int(n) for n in lengths if n < limit} | {limit})
+
+
+def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str]) -> str:
+    """"" when kvlib's speed model covers ``weight_format`` on ``gpu``, else why not."""
+    compute = compute_dtype_for(weight_format) if isinstance(weight_format, str) else "bf16"
+    g = load_gpu(gpu)
+    if compute == "fp8" and g.fp8_dense_flops is None:
+        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; vLLM serves "
+                "them there as weight-only FP8 (Marlin kernels), which kvlib's speed model "
+                "does not cover")
+    return ""
+
+
+#: The grid's columns, in order (``answer_grid``). Costs are $ per 10⁶ tokens at $1 per
+#: GPU-hour: multiply by the price.
+GRID_COLUMNS = [
+    "model", "model_name", "weights", "checkpoint", "kv_dtype", "gpu_memory_utilization",
+    "gpu", "gpu_name", "max_model_len", "input_tokens", "output_tokens", "n_gpus", "limit",
+    "why_not", "would_fit", "max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
+    "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
+    "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
+    "band_scope", "band_n", "band_median", "band_low", "band_high",
+]
+
+
+def _row(point: ServingPoint, choice: WeightChoice) -> dict[str, Any]:
+    row = {"model": point.model, "model_name": point.model_name, "weights": choice.label,
+           "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
+           "gpu_memory_utilization": point.gpu_memory_utilization, "gpu": point.gpu,
+           "gpu_name": point.gpu_name, "max_model_len": point.max_model_len,
+           "input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
+           "n_gpus": point.n_gpus, "limit": point.limit, "why_not": point.why_not(),
+           "would_fit": "", "max_concurrency": point.max_concurrency, "batch": point.batch,
+           "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
+           "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
+           "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
+    band = point.band
+    if point.fits:
+        low, high = band.speed_range(point.tokens_per_s)
+        cost_in, cost_out_split = point.dollars_per_million_split(1.0)
+        row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
+                   output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
+                   output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
+                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high)
+    else:
+        row.update(dict.fromkeys(("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
+                                  "output_cost", "input_cost", "output_cost_split",
+                                  "band_median", "band_low", "band_high"), math.nan),
+                   band_scope="", band_n=0)
+    return row
+
+
+def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence[int],
+                requests: Sequence[tuple[int, int]], utilizations: Sequence[float] = (0.9,),
+                kv_dtypes: Sequence[str] = ("bf16",), engine: str = "vllm") -> pd.DataFrame:
+    """The landing page's grid (``GRID_COLUMNS``): one row per model × checkpoint
+    (``weight_choices``) × KV dtype × utilization × GPU × max_model_len (``max_model_lens`` of
+    ``lengths``) × request (input, output tokens) that fits within that max_model_len.
+
+    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` with the GPU
+    count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
+    max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
+    (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
+    kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit "format".
+    Costs are at $1 per GPU-hour. ValueError for an empty axis or a model with no known
+    maximum context.
     """
-    models, gpus, contexts = list(models), list(gpus), list(contexts)
-    for name, values in (("models", models), ("gpus", gpus), ("contexts", contexts)):
-        if not values:
+    for name, values in (("models", models), ("gpus", gpus), ("lengths", lengths),
+                         ("requests", requests), ("utilizations", utilizations),
+                         ("kv_dtypes", kv_dtypes)):
+        if not list(values):
             raise ValueError(f"answer_grid needs at least one of {name}")
-    prices = {g: price_range(g) for g in gpus}
     rows = []
-    for model in models:
-        for gpu in gpus:
-            for ctx in contexts:
-                point = case(model, gpu, ctx, output_tokens=output_tokens, **kwargs)
-                row = asdict(point)
-                band = row.pop("band")
-                row.update(context_tokens=ctx, fits=point.fits,
-                           tokens_per_s_per_gpu=(point.tokens_per_s / point.n_gpus
-                                                 if point.fits else 0.0),
-                           band_low=band["low"] if band else math.nan,
-                           band_high=band["high"] if band else math.nan,
-                           band_median=band["median_abs_error"] if band else math.nan,
-                           band_scope=band["scope"] if band else "")
-                low, median, high = prices[gpu] or (math.nan, math.nan, math.nan)
-                row.update(price_low=low, price_median=median, price_high=high)
-                rows.append(row)
-    return pd.DataFrame(rows)
+    for slug in models:
+        lens = max_model_lens(slug, lengths)
+        model = load_model(slug)
+        for choice in weight_choices(slug):
+            for kv in kv_dtypes:
+                for util in utilizations:
+                    for gpu in gpus:
+                        eng = Engine(model, gpu, tp_degrees=TP_DEGREES,
+                                     gpu_memory_utilization=util, kv_dtype=kv,
+                                     weight_dtype=choice.weight_format, engine=engine)
+                        unmodelled = _speed_modelled(gpu, choice.weight_format)
+                        for length in lens:
+                            for i, o in requests:
+                                if i + o > length:
+                                    continue
+                                if unmodelled:
+                                    rows.append(_unmodelled_row(slug, model.name, choice, kv,
+                                                                util, eng, length, i, o,
+                                                                unmodelled))
+                                    continue
+                                point = eng.point(i, o, max_model_len=length)
+                                row = _row(point, choice)
+                                row["model"] = slug
+                                rows.append(row)
+    grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
+    grid["would_fit"] = would_fit(grid)
+    return grid
+
+
+def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, util: float,
+                    eng: Engine, length: int, input_tokens: int, output_tokens: int,
+                    why: str) -> dict[str, Any]:
+    row = dict.fromkeys(GRID_COLUMNS, math.nan)
+    row.update(model=slug, model_name=name, weights=choice.label,
+               checkpoint=choice.repository, kv_dtype=kv_dtype,
+               gpu_memory_utilization=float(util), gpu=eng.gpu.slug,
+               gpu_name=eng.gpu.name, max_model_len=length, input_tokens=input_tokens,
+               output_tokens=output_tokens, n_gpus=0, limit="format", why_not=why,
+               would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
+               band_scope="", band_n=0)
+    return row
+
+
+#: The settings ``would_fit`` tries changing, one at a time, in this order.
+_SETTINGS = ("weights", "kv_dtype", "gpu_memory_utilization", "max_model_len")
+
+
+def would_fit(grid: pd.DataFrame) -> pd.Series:
+    """For each row that does not fit, what would, in words: the same case with one setting
+    changed (another checkpoint, KV dtype, utilization or a shorter max_model_len that still
+    holds the request) on the same GPU, and the GPU of the grid that holds it unchanged on
+    the fewest GPUs; "" for rows that fit."""
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+            "input_tokens", "output_tokens"]
+    fits = {tuple(k): int(n) for k, n in zip(grid[keys].itertuples(index=False), grid["n_gpus"])}
+    names = dict(zip(grid["gpu"], grid["gpu_name"]))
+    options = {k: sorted(set(grid[k])) for k in _SETTINGS}
+    gpus = sorted(set(grid["gpu"]))
+    out = []
+    for row in grid[keys].itertuples(index=False):
+        key = tuple(row)
+        if fits[key] > 0:
+            out.append("")
+            continue
+        found = []
+        for setting in _SETTINGS:
+            pos = keys.index(setting)
+            for value in options[setting]:
+                if value == key[pos] or (setting == "max_model_len" and value > key[pos]):
+                    continue
+                n = fits.get(key[:pos] + (value,) + key[pos + 1:], 0)
+                if n > 0:
+                    found.append(f"{_setting_words(setting, value)} ({n} GPU{'s' * (n > 1)})")
+        gpu_pos = keys.index("gpu")
+        elsewhere = [(fits.get(key[:gpu_pos] + (g,) + key[gpu_pos + 1:], 0), g) for g in gpus]
+        elsewhere = sorted((n, g) for n, g in elsewhere if n > 0)
+        if elsewhere:
+            n, g = elsewhere[0]
+            found.append(f"{n} × {names[g]}")
+        out.append("would fit with " + _or(found) if found else
+                   "fits none of the settings and GPUs on this page")
+    return pd.Series(out, index=grid.index, dtype=str)
+
+
+def _setting_words(setting: str, value: Any) -> str:
+    if setting == "weights":
+        return f"{value} weights"
+    if setting == "kv_dtype":
+        return f"an {value} KV cache"
+    if setting == "gpu_memory_utilization":
+        return f"gpu_memory_utilization {value:g}"
+    return f"max_model_len {int(value):,}"
+
+
+def _or(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) -> pd.DataFrame:
+    """Chapter 7's input price for every fitting case of the grid: $ per 10⁶ input tokens at
+    $1 per GPU-hour when each prompt is prefilled alone (``prefix_cost.input_cost_per_million``)
+    with no prefix-cache hits (``cold``) and with ``hit_rate`` of every prompt cached
+    (``cached``). One row per model, checkpoint, KV dtype, GPU, GPU count and prompt length —
+    what the price depends on."""
+    keys = ["model", "weights", "kv_dtype", "gpu", "n_gpus", "input_tokens"]
+    cases = grid[grid["n_gpus"] > 0][keys].drop_duplicates()
+    formats = {(m, c.label): c.weight_format for m in cases["model"].unique()
+               for c in weight_choices(m)}
+    models = {m: load_model(m) for m in cases["model"].unique()}
+    gpus = {g: load_gpu(g) for g in cases["gpu"].unique()}
+    rows = []
+    for r in cases.itertuples(index=False):
+        kw = dict(prompt_tokens=int(r.input_tokens), n_gpus=int(r.n_gpus), kv_dtype=r.kv_dtype,
+                  weight_dtype=formats[(r.model, r.weights)], dollars_per_gpu_hour=1.0)
+        model, gpu = models[r.model], gpus[r.gpu]
+        rows.append({**r._asdict(), "cold": input_cost_per_million(model, gpu, **kw),
+                     "cached": input_cost_per_million(model, gpu, hit_rate=hit_rate, **kw)})
+    return pd.DataFrame(rows, columns=[*keys, "cold", "cached"])
+
+
+def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
+             gpu_memory_utilization: float = 0.9, output_tokens: int = 1024) -> pd.DataFrame:
+    """What to buy: per model and prompt length of ``grid`` (requests of ``output_tokens``
+    generated tokens), the deployment with the lowest $ per 10⁶ output tokens at market price
+    (``market_price`` of ``kind``; GPUs without one are left out) whose every user gets at
+    least ``speed_floor`` tokens/s.
+
+    Candidates are the grid's rows at ``gpu_memory_utilization`` that fit, with vLLM started at
+    the shortest max_model_len holding the request: every GPU, checkpoint and KV dtype, on the
+    fewest GPUs that hold the model. A deployment too slow per user with as many requests in
+    flight as its pool holds is asked again with fewer (vLLM's ``--max-num-seqs``): the
+    largest power of two below that batch that reaches the floor. Candidates are tried from
+    the cheapest at full batch, and the search stops at the first whose full-batch price
+    exceeds the best found, taking fewer requests in flight never to lower the price of a
+    token. Columns: model, model_name, input_tokens,
+    output_tokens, gpu, gpu_name, n_gpus, weights, checkpoint, kv_dtype, max_model_len,
+    batch, capped (the batch was lowered), per_user_tokens_per_s, tokens_per_s,
+    dollars_per_gpu_hour, output_cost ($ per 10⁶ at that price); a prompt length nothing
+    serves that fast has n_gpus 0.
+    """
+    if isinstance(speed_floor, bool) or not isinstance(speed_floor, (int, float)) \
+            or not speed_floor > 0:
+        raise ValueError(f"speed_floor must be positive tokens/s, got {speed_floor!r}")
+    offers = market_prices()
+    offers = offers[offers["kind"] == kind]
+    prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
+    asked = grid[grid["output_tokens"] == output_tokens]
+    rows = asked[(asked["n_gpus"] > 0)
+                 & (asked["gpu_memory_utilization"] == gpu_memory_utilization)
+                 & asked["gpu"].isin(list(prices))]
+    keys = ["model", "weights", "kv_dtype", "gpu", "input_tokens"]
+    rows = rows.sort_values("max_model_len").drop_duplicates(keys)  # the shortest that holds it
+    rows = rows.assign(full_cost=rows["output_cost"] * rows["gpu"].map(prices))
+    formats = {(m, c.label): c.weight_format for m in rows["model"].unique()
+               for c in weight_choices(m)}
+    models = {m: load_model(m) for m in rows["model"].unique()}
+    engines: dict[tuple[str, str, str, str], Engine] = {}
+    out = []
+    for (slug, prompt), name in asked.groupby(["model", "input_tokens"], sort=False)[
+            "model_name"].first().items():
+        group = rows[(rows["model"] == slug) & (rows["input_tokens"] == prompt)]
+        best: dict[str, Any] | None = None
+        for r in group.sort_values("full_cost").itertuples(index=False):
+            if best is not None and r.full_cost >= best["output_cost"]:
+                break  # fewer requests in flight would not make it cheaper
+            batch, user, tps = int(r.batch), r.per_user_tokens_per_s, r.tokens_per_s
+            if user < speed_floor:
+                key = (slug, r.weights, r.kv_dtype, r.gpu)
+                if key not in engines:
+                    engines[key] = Engine(models[slug], r.gpu, kv_dtype=r.kv_dtype,
+                                          gpu_memory_utilization=gpu_memory_utilization,
+                                          weight_dtype=formats[(slug, r.weights)])
+                engine = engines[key]
+                found = _largest_batch(engine, prompt, output_tokens, int(r.max_model_len),
+                                       batch, speed_floor)
+                if found is None:
+                    continue
+                batch, user, tps = found
+            cost = cost_per_million_tokens(prices[r.gpu] * r.n_gpus, tps)
+            if best is None or cost < best["output_cost"]:
+                best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": int(r.n_gpus),
+                        "weights": r.weights, "checkpoint": r.checkpoint,
+                        "kv_dtype": r.kv_dtype, "max_model_len": int(r.max_model_len),
+                        "batch": batch, "capped": batch < r.batch,
+                        "per_user_tokens_per_s": user, "tokens_per_s": tps,
+                        "dollars_per_gpu_hour": prices[r.gpu], "output_cost": cost}
+        out.append({"model": slug, "model_name": name,
+                    "input_tokens": int(prompt), "output_tokens": output_tokens,
+                    **(best or {"n_gpus": 0})})
+    return pd.DataFrame(out)
+
+
+def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int, held: int,
+                   floor: float) -> tuple[int, float, float] | None:
+    """(batch, per-user tokens/s, tokens/s) at the largest power of two below ``held`` whose
+    users get ``floor`` tokens/s (per-user speed falls as the batch grows), or None."""
+    ladder = [2 ** k for k in range(held.bit_length()) if 2 ** k < held]
+    found = None
+    lo, hi = 0, len(ladder) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        p = engine.point(prompt, output, max_model_len=max_model_len, batch=ladder[mid])
+        if p.per_user_tokens_per_s >= floor:
+            found, lo = (ladder[mid], p.per_user_tokens_per_s, p.tokens_per_s), mid + 1
+        else:
+            hi = mid - 1
+    return found
+
+
+# --- the page's data ----------------------------------------------------------------------------
+
+#: Significant digits of the numbers the page's data carries (its figures show three).
+PAGE_DIGITS = 4
+
+#: Case fields the page shows, in the order of its rows (``calculator_data``).
+PAGE_FIELDS = ["max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
+               "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "output_cost",
+               "input_cost", "output_cost_split"]
+
+
+def _sig(value: float, digits: int = PAGE_DIGITS) -> float | int | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    rounded = float(f"{value:.{digits}g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) < 2 ** 53 else rounded
+
+
+def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequence[str],
+                    default: Mapping[str, Any], hit_rate: float = PREFIX_HIT_RATE
+                    ) -> dict[str, Any]:
+    """Everything the landing page's calculator shows, as plain JSON-able data: the choices
+    (models with their checkpoints and lengths, GPUs with their market prices by kind, KV
+    dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
+    that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
+    choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
+    GPU-hour). ``default`` names the starting choice: model, weights, kv_dtype,
+    gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind.
+
+    The page looks rows up and multiplies costs by the price; it computes nothing else.
+    """
+    model_list = list(models)
+    gpus = list(dict.fromkeys(grid["gpu"]))
+    kv = list(dict.fromkeys(grid["kv_dtype"]))
+    utils = sorted(set(float(u) for u in grid["gpu_memory_utilization"]))
+    prompts = sorted(set(int(p) for p in grid["input_tokens"]))
+    outputs = sorted(set(int(o) for o in grid["output_tokens"]))
+    offers = market_prices()
+    weights = {m: [c.label for c in weight_choices(m)] for m in model_list}
+    gpu_names = dict(zip(grid["gpu"], grid["gpu_name"]))
+    texts: dict[str, int] = {"": 0}
+    bands: dict[tuple, int] = {}
+    pre = {(r.model, r.weights, r.kv_dtype, r.gpu, int(r.n_gpus), int(r.input_tokens)):
+           (r.cold, r.cached) for r in prefix.itertuples(index=False)}
+    index = {"model": {m: i for i, m in enumerate(model_list)}, "kv_dtype": {k: i for i, k in
+             enumerate(kv)}, "gpu": {g: i for i, g in enumerate(gpus)},
+             "gpu_memory_utilization": {u: i for i, u in enumerate(utils)},
+             "input_tokens": {p: i for i, p in enumerate(prompts)},
+             "output_tokens": {o: i for i, o in enumerate(outputs)}}
+    columns = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+               "input_tokens", "output_tokens", "n_gpus", "limit", "why_not", "would_fit",
+               "band_scope", "band_n", "band_median", "band_low", "band_high", *PAGE_FIELDS]
+    rows = []
+    for (m, w, k, u, g, length, p, o, n, limit, why, fit, *band, ), numbers in zip(
+            zip(*(grid[c].tolist() for c in columns[:17])),
+            zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
+        key = [index["model"][m], weights[m].index(w), index["kv_dtype"][k],
+               index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
+               index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)]
+        if n > 0:
+            cold, cached = pre[(m, w, k, g, int(n), int(p))]
+            rows.append(key + [_sig(x) for x in numbers]
+                        + [bands.setdefault(tuple(band), len(bands)), _sig(cold), _sig(cached)])
+        else:
+            rows.append(key + [limit, texts.setdefault(why, len(texts)),
+                               texts.setdefault(fit, len(texts))])
+    return {
+        "models": [{"slug": m, "name": load_model(m).name,
+                    "max_model_len": derived_max_model_len(load_model(m)),
+                    "lengths": sorted(set(int(n) for n in grid.loc[grid["model"] == m,
+                                                                   "max_model_len"])),
+                    "weights": [{"label": c.label, "repository": c.repository,
+                                 "source": c.source_url, "published": c.published}
+                                for c in weight_choices(m)]} for m in model_list],
+        "gpus": [{"slug": g, "name": gpu_names[g],
+                  "prices": {o.kind: {"price": o.dollars_per_gpu_hour, "n": int(o.n),
+                                      "dated": bool(o.dated), "rows": o.rows}
+                             for o in offers[offers["gpu"] == g].itertuples()}} for g in gpus],
+        "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
+        "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
+        "hit_rate": hit_rate,
+        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high)]
+                  for scope, n, med, low, high in bands],
+        "texts": list(texts),
+        "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
+                 "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",
+                 "prefix_cached"],
+        "rows": rows,
+        "default": dict(default),
+    }

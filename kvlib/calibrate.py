@@ -648,8 +648,12 @@ def error_band(tp: int, batch: int) -> ErrorBand:
     current). A degree outside ``BAND_TP_DEGREES`` gets the band of every held-out point."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")
-    label = batch_range(batch)
-    table = _bands((data_dir() / BANDS_FILE).stat().st_mtime)
+    return _band(tp, batch_range(batch), (data_dir() / BANDS_FILE).stat().st_mtime)
+
+
+@lru_cache(maxsize=None)
+def _band(tp: int, label: str, mtime: float) -> ErrorBand:
+    table = _bands(mtime)
     cell = table[(table["tp"] == tp) & (table["batch_range"] == label)]
     if cell.empty:
         cell = table[table["tp"] == 0]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pandas as pd
@@ -142,7 +143,11 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16"
     (``Platform`` hybrid block-size rule: "Setting attention block size to N tokens")."""
     fmt = kv_format(kv_dtype)
     block = positive_integer("block_size (tokens)", block_size)
-    tp = model.check_tp(tp)
+    return list(_cache_groups(model, model.check_tp(tp), fmt, block))
+
+
+@lru_cache(maxsize=4096)  # the serving grid asks for the same model, tp and format many times
+def _cache_groups(model: Model, tp: int, fmt: KVFormat, block: int) -> tuple[CacheGroup, ...]:
     conv_dtype, ssm_dtype = model.state_dtypes() if model.has_state else ("bf16", None)
     kinds: dict[tuple, list] = {}
     for layer in model.layers:
@@ -152,7 +157,7 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16"
         key = (layer.cache_kind, page_1, layer.span)
         kinds.setdefault(key, [0, layer])[0] += 1
     if not kinds:
-        return []
+        return ()
     token_kinds = [k for k in kinds if k[0] != "state"]
     state_kinds = [k for k in kinds if k[0] == "state"]
     if state_kinds and token_kinds:
@@ -172,7 +177,7 @@ def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16"
         raise ValueError(f"{model.name}: cache kinds with different page sizes "
                          f"({sorted({g.page_bytes for g in groups})}) — vLLM would unify them "
                          "by changing block sizes, which kvlib does not model")
-    return groups
+    return tuple(groups)
 
 
 #: Cache kinds that need the same token slots (every token of the context): vLLM puts layers of

@@ -293,6 +293,10 @@ SCHEMAS: dict[str, Schema] = {
                   "cached_input_dollars_per_million": _NON_NEGATIVE, "source_url": URL},
         optional={"cache_write_dollars_per_million": _POSITIVE},
         source=("source_url",)),
+    "weight_checkpoints.csv": Schema(
+        required={"model": SLUG_CELL, "weight_format": TEXT, "repository": TEXT,
+                  "publisher": TEXT, "source_url": URL, "accessed": DATE},
+        unique=("repository",), source=("source_url",)),
     "offload_links.csv": Schema(
         required={"link": TEXT, "tier": TEXT, "bytes_per_s": _POSITIVE, "source_url": URL},
         unique=("link",), source=("source_url",)),

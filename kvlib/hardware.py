@@ -144,9 +144,15 @@ def gpu_slugs() -> list[str]:
 
 def load_gpu(slug: str) -> GPU:
     """The GPU for a slug, e.g. ``load_gpu("h100-sxm")``; KeyError names close matches."""
-    table = gpu_table()
-    resolve_slug("GPU", slug, table.index, "data/gpus.csv")
-    row = table.loc[slug]
+    path = csv_path("gpus.csv")
+    mtime = path.stat().st_mtime
+    resolve_slug("GPU", slug, _gpu_rows(path, mtime).index, "data/gpus.csv")
+    return _gpu(slug, path, mtime)
+
+
+@lru_cache(maxsize=None)
+def _gpu(slug: str, path: Path, mtime: float) -> GPU:
+    row = _gpu_rows(path, mtime).loc[slug]
     return GPU(slug=slug, name=row["name"], memory_bytes_stated=int(row["memory_bytes_stated"]),
                memory_bytes_runtime=_int_or_none(row["memory_bytes_runtime"]),
                memory_bytes_nvml=_int_or_none(row["memory_bytes_nvml"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from .hf_config import Architecture, read_config
@@ -55,6 +55,19 @@ class Model:
         """Each distinct layer once, with how many decoder layers it stands for (in order of
         first appearance): sums over the stack multiply instead of repeating equal layers."""
         return tuple(Counter(self.layers).items())
+
+    def __hash__(self) -> int:
+        # Hashed once: the caches keyed by a model (kv_bytes, the roofline's attention FLOPs)
+        # would otherwise hash every layer on every call, which costs more than the cached work.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.name, self.layers, self.n_heads, self.dtype, self.ssm_dtype))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached hash belongs to this process (string hashes are salted per process)
+        return {key: value for key, value in self.__dict__.items() if key != "_hash"}
 
     # --- the public arithmetic -------------------------------------------------------------
     def kv_bytes_per_token(self, dtype: FormatLike = "bf16", tp: int = 1) -> int:
@@ -118,27 +131,14 @@ class Model:
         engines keep it even with an fp8 KV cache).
         """
         n = integer("n_tokens", n_tokens, 0)
-        fmt = kv_format(dtype)
-        tp = self.check_tp(tp)
-        per_token = sum(count * layer.bytes_per_token(fmt, tp) * layer.tokens_held(n)
-                        for layer, count in self.distinct_layers)
-        return per_token + (self.state_bytes(state_dtype, tp) if n > 0 else 0)
+        tp = positive_integer("tp (tensor-parallel degree)", tp)
+        return _kv_bytes(self, n, kv_format(dtype), tp, state_dtype)
 
     def check_tp(self, tp: int) -> int:
         """``tp`` as a positive int, refused where vLLM refuses it: tp must divide the query
         heads (``ModelConfig.verify_with_parallel_config``), and every layer must split across
         tp GPUs (KV heads divide tp or tp divides them; recurrent heads divide evenly)."""
-        tp = positive_integer("tp (tensor-parallel degree)", tp)
-        if self.n_heads is not None and self.n_heads % tp:
-            raise ValueError(f"model {self.name!r}: {self.n_heads} query heads cannot be split "
-                             f"across tp={tp} GPUs: tp must divide them")
-        for layer, _ in self.distinct_layers:
-            try:
-                layer.elements_per_token(tp)
-                layer.state_elements(tp)
-            except ValueError as exc:
-                raise ValueError(f"model {self.name!r}: {exc}") from None
-        return tp
+        return _check_tp(self, positive_integer("tp (tensor-parallel degree)", tp))
 
     def supports_tp(self, tp: int) -> bool:
         """Whether vLLM would run this model on ``tp`` tensor-parallel GPUs (``check_tp``)."""
@@ -272,3 +272,28 @@ def model_from_layers(name: str, layers: Sequence[AnyLayer], n_heads: int | None
                       dtype: str | None = "bf16") -> Model:
     """A Model from explicit layers (for what-if geometries in the chapters)."""
     return Model(name=name, layers=tuple(layers), n_heads=n_heads, dtype=dtype)
+
+
+@lru_cache(maxsize=8192)
+def _kv_bytes(model: Model, n_tokens: int, fmt: Any, tp: int, state_dtype: str | None) -> int:
+    """``Model.kv_bytes`` for checked arguments (memoized: the serving grid asks for the same
+    model, length and format many times)."""
+    tp = model.check_tp(tp)
+    per_token = sum(count * layer.bytes_per_token(fmt, tp) * layer.tokens_held(n_tokens)
+                    for layer, count in model.distinct_layers)
+    return per_token + (model.state_bytes(state_dtype, tp) if n_tokens > 0 else 0)
+
+
+@lru_cache(maxsize=4096)
+def _check_tp(model: Model, tp: int) -> int:
+    """``Model.check_tp`` for a positive int (memoized: pools and steps ask it every time)."""
+    if model.n_heads is not None and model.n_heads % tp:
+        raise ValueError(f"model {model.name!r}: {model.n_heads} query heads cannot be split "
+                         f"across tp={tp} GPUs: tp must divide them")
+    for layer, _ in model.distinct_layers:
+        try:
+            layer.elements_per_token(tp)
+            layer.state_elements(tp)
+        except ValueError as exc:
+            raise ValueError(f"model {model.name!r}: {exc}") from None
+    return tp

@@ -1,144 +1,251 @@
-"""kvlib.answer (the landing page's grid) and its chart, charts.answer_explorer."""
+"""kvlib.answer (the landing page's calculator: checkpoints, market prices, the grid, what to
+buy, the page's data) and kvlib.calculator (its HTML and the CSV downloads)."""
 from __future__ import annotations
 
+import json
 import math
-import re
+from pathlib import Path
 
+import nbformat
+import pandas as pd
 import pytest
 
-from kvlib import answer, charts
+from kvlib import answer, calculator, cli
 from kvlib.calibrate import error_band
-from kvlib.capacity import kv_pool
-from kvlib.cost import cost_per_million_tokens
-from kvlib.roofline import serving_steps
-from kvlib.serving import DoesNotFit, format_label
+from kvlib.prefix_cost import input_cost_per_million
+from kvlib.serving import Engine, serving_point
+
+MODELS = ["llama-3.1-8b", "llama-3.1-405b"]
+GPUS = ["h100-sxm", "a100-80gb"]
+
+
+@pytest.fixture(scope="module")
+def grid() -> pd.DataFrame:
+    return answer.answer_grid(MODELS, GPUS, lengths=[8192], requests=[(7168, 1024), (1024, 1024)],
+                              utilizations=[0.9], kv_dtypes=["bf16"])
 
 
 def test_published_weight_format():
     assert answer.published_weight_format("llama-3.1-8b") == "bf16"  # no quantization_config
     assert answer.published_weight_format("deepseek-v3") == "fp8"
     assert answer.published_weight_format("gpt-oss-120b") == {"experts": "mxfp4"}
-    assert format_label({"experts": "mxfp4"}) == "experts mxfp4, rest bf16"
     with pytest.raises(ValueError, match="gptq"):  # Mistral-7B-v0.1's stored config is GPTQ
         answer.published_weight_format("mistral-7b-v0.1")
 
 
-def test_complete_gpus_have_bandwidth_and_flops():
-    gpus = answer.complete_gpus()
-    assert "h100-sxm" in gpus and "mi300x" in gpus and "mi355x" in gpus
-    assert "a10g" not in gpus  # no sourced bandwidth or FLOP/s
-    assert "rtx-3090" not in gpus  # no sourced tensor FLOP/s
+def test_weight_choices_are_the_published_checkpoint_and_the_listed_ones():
+    llama = answer.weight_choices("llama-3.1-70b")
+    assert [c.label for c in llama] == ["bf16", "fp8", "int4"]
+    assert llama[0].published and llama[0].repository == "meta-llama/Meta-Llama-3.1-70B"
+    assert llama[1].repository == "RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8"
+    assert llama[2].weight_format == "int4-g128-zp" and not llama[2].published
+    assert [c.label for c in answer.weight_choices("deepseek-v3")] == ["fp8"]
+    assert [c.label for c in answer.weight_choices("gpt-oss-120b")] == ["mxfp4 experts"]
+    assert answer.weight_label("int4-g128") == "int4"
+    with pytest.raises(ValueError, match="no label"):
+        answer.weight_label("int3")
 
 
-def test_llama_8b_on_one_h100_by_hand():
-    p = answer.case("llama-3.1-8b", "h100-sxm", 8192)
-    # 8,192 tokens = 7,168 of prompt + 1,024 generated. Pool (kvlib fit, tests/test_cli.py):
-    # 26,320 blocks of 16 tokens; a request needs 512 → 51.40625 requests; batch 51.
-    assert (p.input_tokens, p.output_tokens) == (7168, 1024)
-    assert (p.n_gpus, p.max_concurrency, p.batch) == (1, 51.40625, 51)
-    s = serving_steps("llama-3.1-8b", "h100-sxm", batch=51, input_tokens=7168, output_tokens=1024)
-    # the other 50 requests bring 50 × 7,168 ÷ 1,024 = 350 prompt tokens per step: one whole
-    # prompt in 350 ÷ 7,168 = 4.88 % of the steps; decodes run at 7,168 + 512 = 7,680 tokens
-    assert s.prefill_share == 350 / 7168
-    assert s.decode.kv_bytes == 51 * 7680 * 131_072
-    assert p.tpot_s == s.tpot_s and p.ttft_s == s.ttft_s and p.bound == "memory"
-    assert math.isclose(p.tokens_per_s, 51 / s.tpot_s, rel_tol=1e-12)
-    assert math.isclose(p.per_user_tokens_per_s, 1 / s.tpot_s, rel_tol=1e-12)
-    # $/1M at $2.90 per GPU-hour: 2.90 ÷ (tokens/s × 3,600) × 10⁶
-    assert math.isclose(p.dollars_per_million(2.90), 2.90 / (p.tokens_per_s * 3600) * 1e6)
-    assert p.band == error_band(1, 51)
+def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):
+    rows = answer.checkpoint_rows()
+    twin = rows[rows["model"] == "llama-3.1-8b"].iloc[:1].assign(repository="someone/else")
+    monkeypatch.setattr(answer, "checkpoint_rows", lambda: pd.concat([rows, twin]))
+    with pytest.raises(ValueError, match="same label"):
+        answer.weight_choices("llama-3.1-8b")
 
 
-def test_smallest_degree_that_holds_one_request():
-    # 70B in bf16 is ~131 GiB of weights: half of it (65.7 GiB) plus the start-up overheads
-    # overflows an H100's 71.3 GiB budget, a quarter does not.
-    p = answer.case("llama-3.1-70b", "h100-sxm", 8192)
-    assert p.n_gpus == 4
-    assert math.isclose(p.dollars_per_million(3.0), cost_per_million_tokens(12.0, p.tokens_per_s))
+def test_market_prices_are_medians_of_the_dated_offers():
+    table = answer.market_prices().set_index(["gpu", "kind"])
+    h100 = table.loc[("h100-sxm", "on-demand")]
+    # dated on-demand rows: 3.90, 3.00, 2.99, 6.155, 2.69 → median 3.00; the undated AWS list
+    # price (12.29), RunPod's serverless (4.176) and the article's 2.90 are left out
+    assert (h100["dollars_per_gpu_hour"], h100["n"], h100["dated"]) == (3.0, 5, True)
+    assert "Lambda, On-demand H100 (2026-03): $2.99" in h100["rows"]
+    assert table.loc[("h100-sxm", "spot"), "dollars_per_gpu_hour"] == (2.00 + 2.25) / 2
+    assert table.loc[("h100-sxm", "committed"), "dollars_per_gpu_hour"] == 4.916
+    assert table.loc[("l4", "on-demand"), "dollars_per_gpu_hour"] == (0.70 + 0.80) / 2
+    mi300x = table.loc[("mi300x", "on-demand")]  # both offers undated: used, and said so
+    assert (mi300x["dollars_per_gpu_hour"], mi300x["dated"]) == ((1.71 + 1.85) / 2, False)
+    assert answer.market_price("h100-pcie") is None  # no offer on file
+    # every H100 row, dated or not: 13 offers from $1.49 (Vast.ai) to $12.29 (AWS list price),
+    # the 7th of them $2.99
+    assert answer.price_range("h100-sxm") == (1.49, 2.99, 12.29)
 
 
-def test_gpt_oss_120b_needs_two_h100s_as_vllm_says():
-    # One H100 at utilization 0.9: vLLM logs "Available KV cache memory: -2.14 GiB" (vllm#23278)
-    # and fails to start even at 0.95 (vllm#27508). With the weights as vLLM loads them (the
-    # published checkpoint + Marlin's MXFP4 padding, 65.90 GiB) the pool is negative on one GPU.
-    one = kv_pool("gpt-oss-120b", "h100-sxm", weight_dtype={"experts": "mxfp4"})
-    assert one.available_kv_bytes < 0 and one.tokens == 0
-    assert "Marlin" in one.weights_basis
-    p = answer.case("gpt-oss-120b", "h100-sxm", 8192)
-    assert p.n_gpus == 2
+def test_max_model_len_never_past_the_models_maximum():
+    assert answer.max_model_lens("llama-3.1-8b", [8192, 32768, 131072]) == [8192, 32768, 131072]
+    # Qwen3-32B accepts 40,960 tokens: 131,072 is not offered, its own maximum is
+    assert answer.max_model_lens("qwen3-32b", [8192, 32768, 131072]) == [8192, 32768, 40960]
+    # Gemma-3's config names no length key: Gemma3TextConfig's default, 131,072, as vLLM reads it
+    assert answer.max_model_lens("gemma-3-27b", [8192, 32768, 131072]) == [8192, 32768, 131072]
+    with pytest.raises(ValueError, match="no maximum context"):  # Falcon-7B's config names none
+        answer.max_model_lens("falcon-7b", [8192])
 
 
-def test_no_fit_and_unsplittable_degrees():
-    big = answer.case("llama-3.1-405b", "h100-sxm", 8192)  # 810 GB of bf16 weights
-    assert not big.fits and big.n_gpus == 0 and big.tokens_per_s == 0 and big.band is None
-    with pytest.raises(DoesNotFit, match="does not fit"):
-        big.dollars_per_million(2.0)
-    # 8 KV heads cannot be split over 3 GPUs: that degree is skipped, not an error
-    assert answer.case("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3,)).n_gpus == 0
-    assert answer.case("llama-3.1-8b", "h100-sxm", 8192, tp_degrees=(3, 1)).n_gpus == 1
+def test_grid_rows_are_the_serving_pipeline(grid):
+    # 8B: 3 checkpoints, 405B: 3; × 2 GPUs × 2 max_model_len (8,192 and the 131,072 maximum)
+    # × 2 requests = 24 rows each
+    assert len(grid) == 48 and list(grid.columns) == answer.GRID_COLUMNS
+    row = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "bf16")
+               & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
+               & (grid["input_tokens"] == 7168)].iloc[0]
+    # the pool holds 26,320 blocks; a request of 8,192 tokens needs 512: 51.40625 → batch 51
+    assert (row["n_gpus"], row["max_concurrency"], row["batch"]) == (1, 51.40625, 51)
+    p = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                      max_model_len=8192)
+    assert row["tokens_per_s"] == p.tokens_per_s and row["ttft_s"] == p.ttft_s
+    assert row["output_cost"] == p.dollars_per_million(1.0)  # at $1 per GPU-hour
+    assert (row["input_cost"], row["output_cost_split"]) == p.dollars_per_million_split(1.0)
+    band = error_band(1, 51)
+    assert (row["tokens_per_s_low"], row["tokens_per_s_high"]) == band.speed_range(p.tokens_per_s)
+    assert row["band_scope"] == band.scope and row["why_not"] == row["would_fit"] == ""
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    (dict(context_tokens=0), "context_tokens"),
-    (dict(context_tokens=1024), "no prompt"),
-    (dict(context_tokens=8192, tp_degrees=()), "tp_degrees"),
-    (dict(context_tokens=8192, tp_degrees=(0,)), "tp_degrees"),
-])
-def test_bad_input(kwargs, needle):
-    with pytest.raises(ValueError, match=needle):
-        answer.case("llama-3.1-8b", "h100-sxm", **kwargs)
+def test_a_case_that_does_not_fit_says_why_and_what_would(grid):
+    big = grid[(grid["model"] == "llama-3.1-405b") & (grid["weights"] == "bf16")
+               & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)].iloc[0]
+    # 405,853,388,800 bf16 parameters ÷ 8 GPUs = 94.5 GiB each, over 0.9 × 79.22 GiB = 71.3 GiB
+    assert big["limit"] == "weights" and math.isnan(big["tokens_per_s"])
+    assert big["why_not"] == ("the weights alone, 94.5 GiB per GPU on 8 GPUs, exceed the 71.3 GiB "
+                              "vLLM may use at gpu_memory_utilization 0.9")
+    assert big["would_fit"] == "would fit with fp8 weights (8 GPUs) or int4 weights (4 GPUs)"
+    fp8 = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "fp8")
+               & (grid["gpu"] == "a100-80gb")].iloc[0]
+    assert fp8["limit"] == "format" and "FP8 tensor cores" in fp8["why_not"]
+    assert fp8["would_fit"].endswith("or 1 × NVIDIA H100 SXM5 80GB")
 
 
-def test_unknown_names():
-    with pytest.raises(KeyError, match="unknown GPU"):
-        answer.case("llama-3.1-8b", "h100", 8192)
-    with pytest.raises(KeyError, match="unknown model"):
-        answer.case("llama-9", "h100-sxm", 8192)
+def test_the_kv_cache_limit_is_named():
+    # Llama-3.1-8B on one L4 at 131,072 tokens: the weights fit, one request's KV does not
+    p = serving_point("llama-3.1-8b", "l4", input_tokens=1024, output_tokens=1024,
+                      max_model_len=131072, tp_degrees=(1,))
+    assert p.limit == "kv" and "holds less than one request of max_model_len 131,072" in p.why_not()
+    assert p.request_kv_bytes == 131072 * 131072  # 128 KiB per token, whole 16-token blocks
 
 
-def test_grid_shape_prices_and_monotone_context():
-    grid = answer.answer_grid(["llama-3.1-8b", "llama-3.1-405b"], ["h100-sxm", "h100-pcie"],
-                              [2048, 8192, 32768])
-    assert len(grid) == 2 * 2 * 3
-    assert set(grid.loc[grid["model"] == "llama-3.1-405b", "fits"]) == {False}
-    h100 = grid[grid["gpu"] == "h100-sxm"].iloc[0]
-    assert (h100["price_low"], h100["price_high"]) == (1.49, 12.29)  # Vast.ai, AWS list price
-    assert grid.loc[grid["gpu"] == "h100-pcie", "price_median"].isna().all()  # no offer listed
-    small = grid[(grid["model"] == "llama-3.1-8b") & (grid["gpu"] == "h100-sxm")]
-    assert small["max_concurrency"].is_monotonic_decreasing
-    assert small["tokens_per_s"].is_monotonic_decreasing
-    assert (small["band_low"] < small["band_high"]).all() and (small["band_median"] > 0).all()
-    # full attention: 4× the context, 1/4 the requests (same pool, whole blocks)
-    assert small["max_concurrency"].tolist()[0] == 4 * small["max_concurrency"].tolist()[1]
+def test_answer_grid_refuses_empty_axes():
     with pytest.raises(ValueError, match="models"):
-        answer.answer_grid([], ["h100-sxm"], [8192])
+        answer.answer_grid([], ["h100-sxm"], lengths=[8192], requests=[(1024, 1024)])
 
 
-def _eval_vega(expr: str, datum: dict, **params: float) -> float:
-    """Evaluate a Vega arithmetic expression (no function calls) in Python."""
-    assert re.fullmatch(r"[\w\s.*/+()-]+", expr), expr
-    return eval(expr.replace("datum.", "datum_"),  # noqa: S307 - arithmetic only, checked above
-                {"__builtins__": {}}, {**{f"datum_{k}": v for k, v in datum.items()}, **params})
+def test_prefix_line_is_chapter_sevens_price(grid):
+    prefix = answer.prefix_input_costs(grid)
+    fitting = grid[grid["n_gpus"] > 0]
+    assert len(prefix) == len(fitting.drop_duplicates(
+        ["model", "weights", "kv_dtype", "gpu", "n_gpus", "input_tokens"]))
+    r = prefix[(prefix["model"] == "llama-3.1-8b") & (prefix["weights"] == "bf16")
+               & (prefix["gpu"] == "h100-sxm") & (prefix["input_tokens"] == 7168)].iloc[0]
+    assert r["cached"] == input_cost_per_million("llama-3.1-8b", "h100-sxm", dollars_per_gpu_hour=1.0,
+                                                 hit_rate=0.6, prompt_tokens=7168)
+    assert r["cached"] < r["cold"]
 
 
-def test_vega_cost_expression_is_kvlibs_formula():
-    p = answer.case("llama-3.1-70b", "h100-sxm", 8192)
-    in_browser = _eval_vega(charts.ANSWER_COST_EXPR,
-                            {"n_gpus": p.n_gpus, "tokens_per_s": p.tokens_per_s}, price=2.5)
-    assert math.isclose(in_browser, p.dollars_per_million(2.5), rel_tol=1e-12)
+def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
+    buy = answer.cheapest(grid, speed_floor=20, output_tokens=1024).set_index(
+        ["model", "input_tokens"])
+    eight = buy.loc[("llama-3.1-8b", 1024)]
+    assert eight["per_user_tokens_per_s"] >= 20
+    # every candidate, exhaustively: each checkpoint on each priced GPU, the largest power-of-two
+    # batch (or the full pool) that keeps every user at 20 tokens/s
+    prices = {"h100-sxm": 3.0, "a100-80gb": 2.7}
+    best = math.inf
+    for choice in answer.weight_choices("llama-3.1-8b"):
+        for gpu, price in prices.items():
+            if choice.label == "fp8" and gpu == "a100-80gb":
+                continue
+            eng = Engine("llama-3.1-8b", gpu, weight_dtype=choice.weight_format)
+            full = eng.point(1024, 1024, max_model_len=8192)
+            for b in [full.batch] + [2 ** k for k in range(12, -1, -1) if 2 ** k < full.batch]:
+                p = eng.point(1024, 1024, max_model_len=8192, batch=b)
+                if p.per_user_tokens_per_s >= 20:
+                    best = min(best, p.dollars_per_million(price))
+                    break
+    assert eight["output_cost"] == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ValueError, match="speed_floor"):
+        answer.cheapest(grid, speed_floor=0)
 
 
-def test_answer_explorer_spec():
-    grid = answer.answer_grid(["llama-3.1-8b", "llama-3.1-405b"], ["h100-sxm", "h200"],
-                              [8192, 32768])
-    spec = charts.answer_explorer(grid, "llama-3.1-8b", "h100-sxm", 8192, 2.9).to_dict()
-    params = {p["name"]: p for p in spec["params"]}
-    assert set(params) == {"model", "gpu", "context", "price"}
-    assert params["model"]["bind"]["input"] == "select"
-    assert params["model"]["bind"]["options"] == ["llama-3.1-8b", "llama-3.1-405b"]
-    assert params["context"]["bind"]["options"] == [8192, 32768]
-    assert params["price"]["bind"]["input"] == "range" and params["price"]["value"] == 2.9
-    rows = max(spec["datasets"].values(), key=len)
-    assert len(rows) == len(grid) and "model_name" not in rows[0]  # names live in lookups
-    with pytest.raises(ValueError, match="default gpu"):
-        charts.answer_explorer(grid, "llama-3.1-8b", "b200", 8192, 2.9)
+def test_the_grid_the_cli_and_chapter_four_agree_on_a_shared_case(capsys):
+    """One answer: the landing page's grid and `kvlib cost` are the same pipeline at the same
+    settings — here the article's central case, a 70B with FP8 weights on two H100s."""
+    row = answer.answer_grid(["llama-3.1-70b"], ["h100-sxm"], lengths=[8192],
+                             requests=[(7168, 1024)], kv_dtypes=["bf16"]).query(
+        "weights == 'fp8' and max_model_len == 8192").iloc[0]
+    assert cli.main(["cost", "llama-3.1-70b", "h100-sxm", "--tp", "2", "--weight-dtype", "fp8",
+                     "--price", "2.9", "--context", "8192", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert row["n_gpus"] == 2 and data["batch"] == row["batch"]
+    assert data["tokens_per_s"] == row["tokens_per_s"]
+    assert data["dollars_per_million_tokens"] == pytest.approx(row["output_cost"] * 2.9, rel=1e-12)
+    assert data["dollars_per_million_input_tokens"] == pytest.approx(row["input_cost"] * 2.9,
+                                                                     rel=1e-12)
+
+
+def test_calculator_data_and_html(grid):
+    prefix = answer.prefix_input_costs(grid)
+    start = dict(model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
+                 gpu_memory_utilization=0.9, gpu="h100-sxm", max_model_len=8192,
+                 input_tokens=7168, output_tokens=1024, kind="on-demand")
+    data = answer.calculator_data(grid, prefix, models=MODELS, default=start)
+    assert len(data["rows"]) == len(grid) and data["default"] == start
+    assert [m["lengths"] for m in data["models"]] == [[8192, 131072], [8192, 131072]]
+    assert data["gpus"][0]["prices"]["on-demand"]["price"] == 3.0
+    cols = data["cols"]
+    key = [0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
+    (row,) = [r for r in data["rows"] if r[:8] == key]
+    assert row[cols.index("n_gpus")] == 1 and row[cols.index("batch")] == 51
+    exact = grid.iloc[0]
+    assert row[cols.index("output_cost")] == pytest.approx(exact["output_cost"], rel=1e-3)
+    (nofit,) = [r for r in data["rows"] if r[:8] == [1, 0, 0, 0, 0, 8192] + key[6:]]
+    assert nofit[9] == "weights" and data["texts"][nofit[10]].startswith("the weights alone")
+    html = calculator.calculator(data, "<p>start</p>")._repr_mimebundle_()[0]["text/html"]
+    packed = json.loads(html.split('data-target="')[1].split('">', 1)[1].split("</script>")[0])
+    assert json.loads(calculator.unpack(packed["data"])) == json.loads(json.dumps(data))
+    assert "<p>start</p>" in html and len(html) < 60_000
+
+
+def test_downloads_carry_their_files():
+    bundle, metadata = calculator.downloads({"grid.csv": ("The grid", "a,b\n1,2\n")},
+                                            also={"claims.csv": "Claims"})._repr_mimebundle_()
+    assert calculator.unpack(metadata[calculator.DOWNLOADS_KEY]["grid.csv"]) == "a,b\n1,2\n"
+    assert 'href="../_static/downloads/grid.csv"' in bundle["text/html"]
+    assert 'href="../_static/downloads/claims.csv"' in bundle["text/html"]
+    assert "(CSV, 1 row," in bundle["text/html"]
+    with pytest.raises(ValueError, match="plain .csv"):
+        calculator.downloads({"../x.csv": ("x", "")})
+
+
+def _glued(notebook: Path, name: str) -> float:
+    """The number a chapter glued under ``name``."""
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        for out in cell.get("outputs", []):
+            if out.get("metadata", {}).get("scrapbook", {}).get("name") == name:
+                return float(out["data"]["application/papermill.record/text/plain"])
+    raise KeyError(f"{notebook.name} glues no {name!r}")
+
+
+def test_landing_page_and_chapter_four_give_one_answer(executed_book):
+    """The same case — Llama-3.1-8B on one H100, 7,168 + 1,024 tokens, bf16, utilization 0.9 —
+    is one price on the landing page, in chapter 4's serving case and at the end of chapter 4's
+    cost curve. (They once read $0.47/M and "$0.530 at batch 32": chapter 4 quoted the cheapest
+    power-of-two batch, 32, below the 51 requests the pool holds; its curve now ends at the
+    pool's ceiling.)"""
+    row = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
+                             requests=[(7168, 1024)]).query(
+        "weights == 'bf16' and max_model_len == 8192").iloc[0]
+    ch4 = executed_book / "04_cost.ipynb"
+    price = _glued(ch4, "c4_price")
+    for name in ("c4_case_cost", "c4_best_cost"):
+        assert _glued(ch4, name) == pytest.approx(row["output_cost"] * price, rel=1e-12), name
+    assert _glued(ch4, "c4_best_batch") == _glued(ch4, "c4_case_batch") == row["batch"] == 51
+    landing = executed_book / "00_answer.ipynb"
+    assert _glued(landing, "a_cost") == pytest.approx(
+        row["output_cost"] * _glued(landing, "a_price"), rel=1e-12)
+    assert _glued(landing, "a_tps") == pytest.approx(_glued(ch4, "c4_case_tps"), rel=1e-12)
+
+
+def test_the_prefix_line_uses_chapter_sevens_example_hit_rate():
+    source = (Path(__file__).resolve().parent.parent / "chapters" / "07_prefix_caching.md").read_text()
+    (rate,) = [line.split("=")[1].split("#")[0] for line in source.splitlines()
+               if line.startswith("landing_hit_rate =")]
+    assert float(rate) == answer.PREFIX_HIT_RATE

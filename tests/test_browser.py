@@ -62,6 +62,11 @@ class Reader:
             page.wait_for_function(
                 "n => window.kvlibChartsRendered >= n || window.kvlibChartErrors.length > 0",
                 arg=n_charts, timeout=30_000)
+        n_calculators = page.locator("div.kvlib-calculator").count()
+        if n_calculators:
+            page.wait_for_function(
+                "n => window.kvlibCalculatorsReady >= n || window.kvlibCalculatorErrors.length > 0",
+                arg=n_calculators, timeout=30_000)
         if page.locator(".math").count():
             page.wait_for_selector("mjx-container", timeout=30_000)
         return page
@@ -121,7 +126,7 @@ _INSPECT = r"""notes => {
           notes: notes.filter(n => text.includes(n)),
           rawPandas: art.querySelectorAll('table.dataframe').length,
           mathRendered: document.querySelectorAll('mjx-container').length,
-          chartErrors: window.kvlibChartErrors || []};
+          chartErrors: (window.kvlibChartErrors || []).concat(window.kvlibCalculatorErrors || [])};
 }"""
 _ARTEFACTS = [re.compile(r"\d+\.0{6}\b"), re.compile(r"^-0([.,]0*)?$"), re.compile(r"\de[+-]\d\d")]
 #: A bibliography label as a reader reads it: "Kwon et al., 2023a", "NVIDIA, 2024", "TildAlice, n.d.".
@@ -227,54 +232,93 @@ def test_every_widget_changes_its_chart(built_book, server, reader):
             seen += 1
             assert not _wiggle(page, chart), f"{rel}: controls that change nothing"
         assert not reader.problems, f"{rel}: {reader.problems}"
-    assert seen >= 2, "the landing page and chapter 4 have charts with widgets"
+    assert seen >= 1, "chapter 4 has a chart with widgets (the landing calculator: below)"
 
 
-def _card(point, price: float) -> list[str]:
-    """The four figures the landing chart shows for a kvlib.serving.ServingPoint."""
-    conc = point.max_concurrency
-    cost = point.dollars_per_million(price)
-    return [str(point.n_gpus), format(conc, ",.1f" if conc < 100 else ",.0f"),
-            format(point.tokens_per_s, ",.0f"),
-            "$" + format(cost, ",.2f" if cost < 10 else ",.1f")]
+def _number(text: str) -> float:
+    """A figure as the calculator shows it ("$0.667", "1,210 s") as a number."""
+    return float(text.replace("$", "").replace(",", "").split()[0])
 
 
-def test_landing_page_answers_the_readers_case(built_book, server, reader):
+def _tiles(calc) -> dict[str, float]:
+    return {t.get_attribute("data-kc"): _number(t.locator(".kc-value").inner_text())
+            for t in calc.locator(".kc-tile").all()}
+
+
+def _card_text(calc) -> str:
+    return calc.locator(".kc-card").inner_text()
+
+
+def _price(calc) -> float:
+    """The price the calculator uses, as it shows it ($ per GPU-hour, to the cent)."""
+    return _number(calc.locator(".kc-price-value").inner_text())
+
+
+def _pick(calc, name: str, label: str) -> None:
+    """Choose the option whose text starts with ``label`` in the control ``name``."""
+    control = calc.locator(f"select[name={name}]")
+    texts = control.locator("option").all_inner_texts()
+    control.select_option(index=next(i for i, t in enumerate(texts) if t.startswith(label)))
+
+
+def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader):
+    """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
+    the price follows the GPU and the kind of offer; every other control changes the figures;
+    a case that does not fit says why and what would; the CSV downloads resolve offline."""
     from kvlib import answer
 
     page = reader.open(f"{server}/chapters/00_answer.html")
-    chart = page.locator("div.kvlib-chart:has(.vega-bindings select)").first
-    chart_id = chart.get_attribute("id")
-    price = float(chart.locator("input[name=price]").input_value())
-    start = answer.case("llama-3.1-8b", "h100-sxm", 8192)
-    text = _svg_text(chart)
-    assert text[:4] == _card(start, price), text[:8]
+    calc = page.locator("div.kvlib-calculator")
+    row = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
+                             requests=[(7168, 1024)]).query(
+        "weights == 'bf16' and max_model_len == 8192").iloc[0]
+    price = answer.market_price("h100-sxm")  # $3.00, the median of five dated offers
+    assert _price(calc) == price
+    shown = _tiles(calc)
+    expected = {"gpus": 1, "requests": row["max_concurrency"], "tps": row["tokens_per_s"],
+                "user": row["per_user_tokens_per_s"], "ttft": row["ttft_s"],
+                "output": row["output_cost"] * price, "input": row["input_cost"] * price}
+    for key, value in expected.items():  # three significant digits on the page
+        assert shown[key] == pytest.approx(value, rel=6e-3), (key, shown[key], value)
+    assert "median of 5 dated on-demand offers" in _card_text(calc)
 
-    steps = [("select[name=model]", "llama-3.1-70b"), ("select[name=context]", "32768"),
-             ("select[name=gpu]", "h200"), ("input[name=price]", "6.5")]
-    model, gpu, context = "llama-3.1-8b", "h100-sxm", 8192
-    for selector, value in steps:
-        before = _svg(chart)
-        control = chart.locator(selector)
-        if selector.startswith("select"):
-            control.select_option(value)
-        else:
-            control.fill(value)
-            price = float(value)
-        _await_change(page, chart_id, before)
-        model = value if "model" in selector else model
-        gpu = value if "gpu" in selector else gpu
-        context = int(value) if "context" in selector else context
-        expected = _card(answer.case(model, gpu, context), price)
-        text = _svg_text(chart)
-        assert text[:4] == expected, (selector, value, text[:8])
-    # a case that fits on no 8-GPU group says so
-    before = _svg(chart)
-    chart.locator("select[name=model]").select_option("llama-3.1-405b")
-    chart.locator("select[name=gpu]").select_option("l4")
-    _await_change(page, chart_id, before)
-    assert any("does not fit one request" in t for t in _svg_text(chart))
+    # the price follows the GPU (L4: the median of its two dated offers, $0.75) and the kind
+    _pick(calc, "gpu", "NVIDIA L4")
+    assert _price(calc) == answer.market_price("l4")
+    assert "Google Cloud, g2-standard-4 (1x L4) (2026-03): $0.70" in _card_text(calc)
+    _pick(calc, "gpu", "NVIDIA H100 SXM5")
+    _pick(calc, "kind", "spot")
+    assert _price(calc) == pytest.approx(answer.market_price("h100-sxm", "spot"), abs=0.005)
+
+    # every other choice changes what the card says
+    for name, label in (("weights", "fp8"), ("kv_dtype", "fp8"), ("utilization", "0.95"),
+                        ("max_model_len", "131,072"), ("prompt", "31,744"), ("output", "4,096")):
+        before = _card_text(calc)
+        _pick(calc, name, label)
+        assert _card_text(calc) != before, f"{name} → {label} changed nothing"
+    slider = calc.locator("input[name=price]")
+    before = _tiles(calc)["output"]
+    slider.fill("6")
+    assert _tiles(calc)["output"] == pytest.approx(before * 6 / answer.market_price(
+        "h100-sxm", "spot"), rel=1e-2)  # $/token is linear in the price
+
+    # a case that does not fit: why, and what would
+    _pick(calc, "model", "Llama-3.1-405B")
+    _pick(calc, "weights", "bf16")
+    text = _card_text(calc)
+    assert "Does not fit (weights): the weights alone, 94.5 GiB per GPU on 8 GPUs" in text
+    assert "Would fit with fp8 weights" in text
     assert not reader.problems
+
+    # the downloads: files next to the book, with the expected header
+    links = {a.get_attribute("download"): a.get_attribute("href")
+             for a in page.locator("a.kvlib-download").all()}
+    assert set(links) == {"answer_grid.csv", "claims.csv"}
+    for name, header in (("answer_grid.csv", ",".join(answer.GRID_COLUMNS)),
+                         ("claims.csv", "id,claim,source,claimed,recomputed,unit,verdict")):
+        got = page.request.get(f"{server}/_static/downloads/{name}")
+        assert links[name] == f"../_static/downloads/{name}" and got.ok, name
+        assert got.text().splitlines()[0].startswith(header), name
 
 
 def test_chapter_four_cost_chart_follows_price_and_gpu(built_book, server, reader):

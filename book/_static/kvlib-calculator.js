@@ -1,0 +1,269 @@
+// The landing page's calculator (kvlib.calculator.calculator). kvlib computed every case when
+// the book was built (kvlib.answer.calculator_data); this script unpacks that table, draws the
+// controls, looks the reader's case up and multiplies its dollars (kept at $1 per GPU-hour)
+// by the price. It computes nothing else. Errors go to window.kvlibCalculatorErrors, and
+// window.kvlibCalculatorsReady counts calculators drawn (the browser test reads both).
+(function () {
+  "use strict";
+  window.kvlibCalculatorErrors = [];
+  window.kvlibCalculatorsReady = 0;
+
+  function unpack(b64) {
+    var bytes = Uint8Array.from(atob(b64), function (c) { return c.charCodeAt(0); });
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Response(stream).text().then(JSON.parse);
+  }
+
+  // Three significant digits with thousands separators: 1,210 · 23.7 · 0.667 · 0.0190.
+  function sig3(x) {
+    if (x === 0) { return "0"; }
+    var v = Number(x.toPrecision(3));
+    var d = Math.max(0, 2 - Math.floor(Math.log10(Math.abs(v))));
+    return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
+  }
+  function count(x) { return x.toLocaleString("en-US"); }
+  function money(x) { return "$" + sig3(x); }
+  function seconds(x) { return sig3(x) + " s"; }
+  function tokens(n) { return count(n); }
+
+  function el(tag, attrs, text) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { node.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { node.textContent = text; }
+    return node;
+  }
+
+  function select(name, label, options) {
+    var wrap = el("label", { "class": "kc-control" });
+    wrap.appendChild(el("span", { "class": "kc-name" }, label));
+    var s = el("select", { name: name });
+    options.forEach(function (o) { s.appendChild(el("option", { value: String(o[0]) }, o[1])); });
+    wrap.appendChild(s);
+    return [wrap, s];
+  }
+
+  function build(root, data) {
+    var cols = {};
+    data.cols.forEach(function (c, i) { cols[c] = i; });
+    var rows = new Map();
+    data.rows.forEach(function (r) {
+      rows.set(r.slice(0, 8).join("|"), r);
+    });
+    var d = data["default"];
+    var state = {
+      model: data.models.findIndex(function (m) { return m.slug === d.model; }),
+      gpu: data.gpus.findIndex(function (g) { return g.slug === d.gpu; }),
+      price: null, custom: false
+    };
+
+    root.textContent = "";
+    var controls = el("div", { "class": "kc-controls" });
+    root.appendChild(controls);
+    function add(name, label, options) {
+      var pair = select(name, label, options);
+      controls.appendChild(pair[0]);
+      return pair[1];
+    }
+    var sModel = add("model", "Model", data.models.map(function (m, i) { return [i, m.name]; }));
+    var sWeights = add("weights", "Weights", []);
+    var sKv = add("kv_dtype", "KV cache", data.kv_dtypes.map(function (k, i) { return [i, k]; }));
+    var sGpu = add("gpu", "GPU", data.gpus.map(function (g, i) { return [i, g.name]; }));
+    var sUtil = add("utilization", "gpu_memory_utilization",
+                    data.utilizations.map(function (u, i) { return [i, u.toFixed(2)]; }));
+    var sLen = add("max_model_len", "max_model_len", []);
+    var sPrompt = add("prompt", "Prompt tokens",
+                      data.prompts.map(function (p, i) { return [i, tokens(p)]; }));
+    var sOutput = add("output", "Output tokens",
+                      data.outputs.map(function (o, i) { return [i, tokens(o)]; }));
+    var sKind = add("kind", "Price", []);
+    var priceWrap = el("label", { "class": "kc-control kc-price-control" });
+    priceWrap.appendChild(el("span", { "class": "kc-name" }, "$ per GPU-hour"));
+    var sPrice = el("input", { type: "range", name: "price", min: "0.25", max: "15", step: "0.01" });
+    var priceShown = el("output", { "class": "kc-price-value" });
+    priceWrap.appendChild(sPrice);
+    priceWrap.appendChild(priceShown);
+    controls.appendChild(priceWrap);
+
+    var card = el("div", { "class": "kc-card", "aria-live": "polite" });
+    root.appendChild(card);
+
+    function setOptions(s, options, keep) {
+      s.textContent = "";
+      options.forEach(function (o) { s.appendChild(el("option", { value: String(o[0]) }, o[1])); });
+      var values = options.map(function (o) { return String(o[0]); });
+      s.value = values.indexOf(String(keep)) >= 0 ? String(keep) : values[values.length - 1];
+    }
+
+    function modelChanged(first) {
+      var m = data.models[state.model];
+      var keepW = first ? m.weights.findIndex(function (w) { return w.label === d.weights; })
+                        : Number(sWeights.value);
+      setOptions(sWeights, m.weights.map(function (w, i) {
+        return [i, w.label + (w.published ? " (as published)" : "")];
+      }), Math.max(0, Math.min(keepW, m.weights.length - 1)));
+      var keepL = first ? d.max_model_len : Number(sLen.value);
+      setOptions(sLen, m.lengths.map(function (n) {
+        return [n, tokens(n) + (n === m.max_model_len ? " (the model's maximum)" : "")];
+      }), m.lengths.indexOf(keepL) >= 0 ? keepL : m.lengths[0]);
+    }
+
+    function kindsOf(g) { return data.kinds.filter(function (k) { return g.prices[k]; }); }
+
+    function gpuChanged(first) {
+      var g = data.gpus[state.gpu];
+      var kinds = kindsOf(g);
+      var keep = first ? d.kind : sKind.value;
+      if (kinds.length === 0) {
+        setOptions(sKind, [["", "no offer on file"]], "");
+        sKind.disabled = true;
+      } else {
+        sKind.disabled = false;
+        setOptions(sKind, kinds.map(function (k) { return [k, k + " (median)"]; }),
+                   kinds.indexOf(keep) >= 0 ? keep : kinds[0]);
+      }
+      priceFromKind();
+    }
+
+    function priceFromKind() {
+      var offer = data.gpus[state.gpu].prices[sKind.value];
+      if (offer) { state.price = offer.price; state.custom = false; }
+      if (state.price === null) { state.price = 2.0; state.custom = true; }
+      sPrice.value = String(state.price);
+    }
+
+    // A request longer than max_model_len cannot be sent: such prompt and output options are
+    // off, and a selection past it steps down (the output first).
+    function lengthsChanged() {
+      var limit = Number(sLen.value);
+      Array.prototype.forEach.call(sPrompt.options, function (o, i) {
+        o.disabled = data.prompts[i] + data.outputs[0] > limit;
+      });
+      Array.prototype.forEach.call(sOutput.options, function (o, i) {
+        o.disabled = data.prompts[0] + data.outputs[i] > limit;
+      });
+      while (data.prompts[Number(sPrompt.value)] + data.outputs[Number(sOutput.value)] > limit) {
+        if (Number(sOutput.value) > 0) { sOutput.value = String(Number(sOutput.value) - 1); }
+        else { sPrompt.value = String(Number(sPrompt.value) - 1); }
+      }
+    }
+
+    function line(cls, text) { var p = el("p", { "class": cls }, text); card.appendChild(p); return p; }
+
+    function tile(parent, key, value, label) {
+      var t = el("div", { "class": "kc-tile", "data-kc": key });
+      t.appendChild(el("span", { "class": "kc-value" }, value));
+      t.appendChild(el("span", { "class": "kc-label" }, label));
+      parent.appendChild(t);
+    }
+
+    function render() {
+      var m = data.models[state.model], g = data.gpus[state.gpu];
+      var w = m.weights[Number(sWeights.value)];
+      var key = [state.model, Number(sWeights.value), Number(sKv.value), Number(sUtil.value),
+                 state.gpu, Number(sLen.value), Number(sPrompt.value), Number(sOutput.value)];
+      var r = rows.get(key.join("|"));
+      var price = state.price;
+      priceShown.textContent = "$" + price.toFixed(2);
+      card.textContent = "";
+      var prompt = data.prompts[key[6]], output = data.outputs[key[7]];
+      line("kc-setup", m.name + " · " + w.label + " weights (" + w.repository + ") · KV cache " +
+           data.kv_dtypes[key[2]] + " · " + g.name + " · max_model_len " + tokens(key[5]) +
+           " · requests of " + tokens(prompt) + " prompt + " + tokens(output) + " output tokens");
+      if (!r) {
+        line("kc-none", "This combination is not in the precomputed table.");
+        return;
+      }
+      var n = r[cols.n_gpus];
+      if (n === 0) {
+        var why = data.texts[r[cols.n_gpus + 2]], fit = data.texts[r[cols.n_gpus + 3]];
+        var limitWord = {weights: "weights", activation: "weights + activation peak",
+                         kv: "KV cache", tp: "GPU count", format: "not modelled"}[r[cols.n_gpus + 1]];
+        line("kc-nofit", "Does not fit (" + limitWord + "): " + why + ".");
+        if (fit) { line("kc-wouldfit", fit.charAt(0).toUpperCase() + fit.slice(1) + "."); }
+        return;
+      }
+      var v = function (c) { return r[cols[c]]; };
+      var tiles = el("div", { "class": "kc-tiles" });
+      card.appendChild(tiles);
+      tile(tiles, "gpus", count(n), n > 1 ? "GPUs (tensor parallel)" : "GPU");
+      tile(tiles, "requests", v("max_concurrency") < 100 ? v("max_concurrency").toFixed(1)
+                                                          : count(Math.floor(v("max_concurrency"))),
+           "concurrent requests");
+      tile(tiles, "tps", sig3(v("tokens_per_s")), "output tokens/s in all");
+      tile(tiles, "user", sig3(v("per_user_tokens_per_s")), "tokens/s per user");
+      tile(tiles, "ttft", seconds(v("ttft_s")), "to the first token");
+      tile(tiles, "output", money(v("output_cost") * price), "per 1M output tokens");
+      tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens");
+      var band = data.bands[v("band")];
+      line("kc-batch", v("batch") + " requests decoded together. Splitting the GPU time by the " +
+           "work it does, prompts cost " + money(v("input_cost") * price) + " and output " +
+           money(v("output_cost_split") * price) + " per 1M tokens; charging all of it to " +
+           "the output, " + money(v("output_cost") * price) + ".");
+      line("kc-band", "Speed model's held-out error (" + band[0] + ", " + band[1] +
+           " measurements): median " + Math.round(band[2] * 100) + " %, so " +
+           sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")) + " tokens/s and " +
+           money(v("output_cost") * price * v("tokens_per_s") / v("tokens_per_s_high")) + "–" +
+           money(v("output_cost") * price * v("tokens_per_s") / v("tokens_per_s_low")) +
+           " per 1M output tokens.");
+      var pre = line("kc-prefix", "Prefilling each " + tokens(prompt) +
+                     "-token prompt alone, input tokens cost " +
+                     money(v("prefix_cold") * price) + " per 1M; with a " +
+                     Math.round(data.hit_rate * 100) + " % prefix hit rate, " +
+                     money(v("prefix_cached") * price) + " (");
+      var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
+      pre.appendChild(a);
+      pre.appendChild(document.createTextNode(")."));
+      var offer = g.prices[sKind.value];
+      line("kc-price", state.custom || !offer ? "Your price: $" + price.toFixed(2) +
+           " per GPU-hour" + (offer ? "" : " (data/prices.csv has no offer for this GPU)") + "."
+           : "$" + price.toFixed(2) + " per GPU-hour: the median of " + offer.n + " " +
+             (offer.dated ? "dated" : "undated") + " " + sKind.value + " offer" +
+             (offer.n > 1 ? "s" : "") + " in data/prices.csv — " + offer.rows + ".");
+    }
+
+    sModel.value = String(state.model);
+    sGpu.value = String(state.gpu);
+    sKv.value = String(data.kv_dtypes.indexOf(d.kv_dtype));
+    sUtil.value = String(data.utilizations.indexOf(d.gpu_memory_utilization));
+    sPrompt.value = String(data.prompts.indexOf(d.input_tokens));
+    sOutput.value = String(data.outputs.indexOf(d.output_tokens));
+    modelChanged(true);
+    gpuChanged(true);
+    lengthsChanged();
+
+    sModel.addEventListener("change", function () {
+      state.model = Number(sModel.value); modelChanged(false); lengthsChanged(); render();
+    });
+    sGpu.addEventListener("change", function () {
+      state.gpu = Number(sGpu.value); gpuChanged(false); render();
+    });
+    sKind.addEventListener("change", function () { priceFromKind(); render(); });
+    sPrice.addEventListener("input", function () {
+      state.price = Number(sPrice.value); state.custom = true; render();
+    });
+    [sWeights, sKv, sUtil].forEach(function (s) { s.addEventListener("change", render); });
+    [sLen, sPrompt, sOutput].forEach(function (s) {
+      s.addEventListener("change", function () { lengthsChanged(); render(); });
+    });
+    render();
+  }
+
+  function start() {
+    document.querySelectorAll("script.kvlib-calculator-data").forEach(function (node) {
+      var root = document.getElementById(node.dataset.target);
+      if (!root || root.dataset.ready) { return; }
+      root.dataset.ready = "pending";
+      var payload = JSON.parse(node.textContent);
+      unpack(payload.data).then(function (data) {
+        build(root, data);
+        root.dataset.ready = "yes";
+        window.kvlibCalculatorsReady += 1;
+      }).catch(function (err) { window.kvlibCalculatorErrors.push(String(err)); });
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
