@@ -36,7 +36,7 @@ import json
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
+from itertools import islice, takewhile
 from pathlib import Path
 from typing import Any
 
@@ -365,9 +365,7 @@ class VllmBlockCache:
         """Keys of the longest cached run of ``ids`` (all free between requests)."""
         copies, lru = self._copies, self._lru
         if not copies or copies.keys().isdisjoint(ids):
-            found = list(map(lru.__contains__, ids))
-            k = found.index(False) if False in found else len(found)
-            return list(ids[:k])
+            return list(takewhile(lru.__contains__, ids))
         keys = []
         for h in ids:
             key = copies[h][0] if h in copies else (h if h in lru else None)
@@ -394,9 +392,11 @@ class VllmBlockCache:
         if alloc > cap:
             raise ValueError(f"a request of {alloc} blocks does not fit {cap} blocks")
         lru = self._lru
-        hit = self._keys(ids[:limit])                    # the longest cached run
+        hit = (self._keys(ids[:limit]) if self._copies   # the longest cached run
+               else list(takewhile(lru.__contains__, islice(ids, limit))))
         k = len(hit)
-        deque(map(lru.__delitem__, hit), 0)              # touch: out of the free queue
+        to_back = lru.move_to_end                        # touch: in use, so behind every
+        deque(map(to_back, hit), 0)                      # block eviction may take (cap − k)
         fresh = min(alloc - k, self._unhashed)           # get_new_blocks, from the front:
         self._unhashed -= fresh                          # first the blocks without a hash,
         evict = alloc - k - fresh                        # then the least recently freed
@@ -409,13 +409,15 @@ class VllmBlockCache:
                         self._forget(key)
             self.evicted_blocks += evict
         rest = ids[k:]                                   # cache_full_blocks
-        if lru.keys().isdisjoint(rest) and (not self._copies or self._copies.keys().isdisjoint(rest)):
-            keys = rest
-        else:
-            keys = [self._new_key(h) for h in rest]
         self._unhashed += alloc - k - len(rest)          # free, tail first: blocks without a
-        lru.update(dict.fromkeys(keys[::-1]))            # hash to the front, hashed ones to
-        lru.update(dict.fromkeys(hit[::-1]))             # the back
+        if lru.keys().isdisjoint(rest) and (not self._copies or self._copies.keys().isdisjoint(rest)):
+            lru.update(dict.fromkeys(rest[::-1]))        # hash to the front, hashed ones to
+            deque(map(to_back, reversed(hit)), 0)        # the back
+            return k
+        deque(map(lru.__delitem__, hit), 0)              # an id already cached: a copy key
+        keys = [self._new_key(h) for h in rest]          # (the touched blocks are not free)
+        lru.update(dict.fromkeys(keys[::-1]))
+        lru.update(dict.fromkeys(hit[::-1]))
         return k
 
     def _new_key(self, h: int) -> Any:
@@ -637,26 +639,21 @@ def replay_prefix_cache(requests: BlockTrace | Sequence[Any], *, engine: str = "
     _check_requests(requests, outputs)
     hits: list[int] = []
     prompts: list[int] = []
+    unit = block_size                                    # tokens per block (page) hit
     if engine == "sglang" and block_size == 1 and not isinstance(requests, BlockTrace):
-        tree = RadixCache(capacity_blocks)
-        for i, (units, limit, alloc, n) in enumerate(_radix_requests(requests, outputs)):
-            hits.append(_serve(tree, units, limit, alloc, i))
-            prompts.append(n)
-        evicted = tree.evicted_units
+        cache: VllmBlockCache | RadixCache = RadixCache(capacity_blocks)
+        reqs: Iterable[tuple[list, int, int, int]] = _radix_requests(requests, outputs)
     else:
         reqs = block_level(requests, block_size, outputs)
-        cache: VllmBlockCache | RadixCache = (VllmBlockCache(capacity_blocks) if engine == "vllm"
-                                              else RadixCache(capacity_blocks))
-        for i, (ids, limit, alloc, n) in enumerate(reqs):
-            hits.append(_serve(cache, ids, limit, alloc, i) * block_size)
-            prompts.append(n)
-        evicted = cache.evicted_blocks if isinstance(cache, VllmBlockCache) else cache.evicted_units
-    return PrefixReplay(engine, block_size, capacity_blocks, np.asarray(hits, dtype=np.int64),
+        cache = VllmBlockCache(capacity_blocks) if engine == "vllm" else RadixCache(capacity_blocks)
+    serve, hit, prompt = cache.serve, hits.append, prompts.append
+    for ids, limit, alloc, n in reqs:
+        try:
+            hit(serve(ids, limit, alloc))
+        except ValueError as exc:
+            raise ValueError(f"request {len(hits)}: {exc}") from None
+        prompt(n)
+    evicted = cache.evicted_blocks if isinstance(cache, VllmBlockCache) else cache.evicted_units
+    return PrefixReplay(engine, block_size, capacity_blocks,
+                        np.asarray(hits, dtype=np.int64) * unit,
                         np.asarray(prompts, dtype=np.int64), evicted)
-
-
-def _serve(cache: VllmBlockCache | RadixCache, ids: list, limit: int, alloc: int, i: int) -> int:
-    try:
-        return cache.serve(ids, limit, alloc)
-    except ValueError as exc:
-        raise ValueError(f"request {i}: {exc}") from None
