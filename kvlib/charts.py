@@ -248,8 +248,10 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
 
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
             value_title: str, facet: str | None = None, fmt: str = ".2f",
-            domain_mid: float | None = None) -> alt.LayerChart | alt.FacetChart:
+            domain_mid: float | None = None,
+            x_label_angle: int = 0) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
+    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side).
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
@@ -257,7 +259,7 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
     scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
     base = alt.Chart().encode(
-        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=0)),
+        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=x_label_angle)),
         y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
     rect = base.mark_rect().encode(
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
