@@ -28,7 +28,7 @@ import pandas as pd
 
 from .tables import table, use_for_dataframes  # chapters call charts.table
 
-__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "error_bars", "heatmap",
+__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "error_bars", "grouped_bars", "heatmap",
            "kind_colour", "lines", "lines_with_marks", "priced_lines", "responsive",
            "sorted_bars", "stacked_bars", "table", "use_book_theme", "versus_chart"]
 
@@ -162,6 +162,21 @@ def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str
     return alt.Chart(df).mark_bar().encode(**enc).properties(height=16 * df[label].nunique())
 
 
+def grouped_bars(df: pd.DataFrame, value: str, label: str, group: str, title: str) -> alt.Chart:
+    """Horizontal bars side by side, one row per ``label`` and in it one bar per ``group``:
+    alternatives compared, never summed. Rows and bars keep the order of ``df``."""
+    groups = list(dict.fromkeys(df[group]))
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X(f"{value}:Q", title=title, stack=None,
+                axis=alt.Axis(titleAnchor="end", titleAlign="right")),
+        y=alt.Y(f"{label}:N", sort=list(dict.fromkeys(df[label])), title=None,
+                axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})),
+        yOffset=alt.YOffset(f"{group}:N", sort=groups),
+        color=_colour(group, df[group], sort=groups),
+        tooltip=[label, group, alt.Tooltip(f"{value}:Q", format=",.1f")],
+    ).properties(height=12 * df[label].nunique() * len(groups))
+
+
 def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
           log_x: bool = False, log_y: bool = False, distinguish: bool = False) -> alt.Chart:
     """One line per ``series`` with point tooltips; log scales on request. ``distinguish``
@@ -233,8 +248,10 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
 
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
             value_title: str, facet: str | None = None, fmt: str = ".2f",
-            domain_mid: float | None = None) -> alt.LayerChart | alt.FacetChart:
+            domain_mid: float | None = None,
+            x_label_angle: int = 0) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
+    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side).
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
@@ -242,7 +259,7 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
     scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
     base = alt.Chart().encode(
-        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=0)),
+        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=x_label_angle)),
         y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
     rect = base.mark_rect().encode(
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
@@ -294,21 +311,23 @@ def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str
 def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, select: str,
                  x_title: str, y_title: str, price: float, price_range: tuple[float, float],
                  price_step: float = 0.05, price_label: str = "$ per GPU-hour ",
-                 select_label: str = "GPU ", log_x: bool = True,
-                 log_y: bool = True) -> alt.Chart:
+                 select_label: str = "GPU ", log_x: bool = True, log_y: bool = True,
+                 select_names: dict[str, str] | None = None) -> alt.Chart:
     """Cost lines the reader drives in the browser, without a kernel.
 
     y = price × ``units`` ÷ (``rate`` × 3,600) × 10⁶ — dollars per million of what ``rate``
     counts per second, when ``units`` things each cost ``price`` per hour — is computed by Vega
     from the precomputed ``df``; ``price`` is a slider (``alt.binding_range``) and the rows
     shown are those whose ``select`` column matches a dropdown (``alt.binding_select``, first
-    option selected). One line per ``series`` value.
+    option selected), which shows ``select_names[value]`` for each value when given. One line per
+    ``series`` value.
     """
     options = list(dict.fromkeys(df[select]))
+    names = [select_names[o] for o in options] if select_names else options
     price_param = alt.param(name="price", value=price, bind=alt.binding_range(
         min=price_range[0], max=price_range[1], step=price_step, name=price_label))
     pick = alt.param(name="pick", value=options[0],
-                     bind=alt.binding_select(options=options, name=select_label))
+                     bind=alt.binding_select(options=options, labels=names, name=select_label))
     base = alt.Chart(df).transform_filter(f"datum.{select} == pick").transform_calculate(
         dollars_per_million=f"price * datum.{units} / (datum.{rate} * 3600) * 1000000"
     ).encode(
@@ -316,7 +335,7 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
         y=alt.Y("dollars_per_million:Q", title=y_title, scale=_log_scale(log_y)),
         color=_colour(series, df[series], sort=list(dict.fromkeys(df[series])),
                       legend=alt.Legend(orient="top")),
-        tooltip=[select, series, alt.Tooltip(f"{x}:Q", format=","),
+        tooltip=[series, alt.Tooltip(f"{x}:Q", format=","),
                  alt.Tooltip(f"{rate}:Q", format=",.0f"),
                  alt.Tooltip("dollars_per_million:Q", format="$,.3f")])
     return (base.mark_line() + base.mark_point(size=30, filled=True)).add_params(
