@@ -441,6 +441,8 @@ def _fmt(x: float, significant: int = 4) -> str:
 
 def _amount(x: float, unit: str, significant: int = 4) -> str:
     """``x`` and its unit for a reason line, a plural unit made singular for 1: '1 token'."""
+    if unit == "x":  # a ratio: "5.76×"
+        return f"{_fmt(x, significant)}×"
     singular = abs(x) == 1 and unit.endswith("s") and unit.isalpha() and len(unit) > 2
     return f"{_fmt(x, significant)} {unit[:-1] if singular else unit}"
 
