@@ -149,24 +149,28 @@ def _log_scale(log: bool, base: int = 10) -> alt.Scale | Any:
     return alt.Scale(type="log", base=base) if log else alt.Undefined
 
 
-def _log_ticks(values: Iterable[float]) -> list[float]:
-    """Tick values for a base-10 log axis over ``values``: the powers of ten (1, 10, 100…), and
-    2× and 5× them when the data span less than two decades, so labels never crowd."""
+def _log_ticks(values: Iterable[float], domain: tuple[float, float] | None = None) -> list[float]:
+    """Tick values for a base-10 log axis over ``values``: the powers of ten (1, 10, 100…) inside
+    ``domain`` (default: half the smallest value to the largest), and 2× and 5× them where fewer
+    than three powers fall inside, so labels never crowd and never run out."""
     positive = [float(v) for v in values if v == v and v > 0]
     if not positive:
         return []
-    low, high = min(positive), max(positive)
+    low, high = domain or (min(positive) / 2, max(positive))
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    steps = (1, 2, 5) if last - first <= 2 else (1,)
-    ticks = [m * 10.0 ** e for e in range(first, last + 1) for m in steps]
-    inside = [t for t in ticks if low / 2 <= t <= high]
+    for steps in ((1,), (1, 2, 5)):
+        ticks = [m * 10.0 ** e for e in range(first, last + 1) for m in steps]
+        inside = [t for t in ticks if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if len(inside) >= 3:
+            return inside
     return inside if len(inside) >= 2 else ticks[:2]
 
 
-def _log_axis(log: bool, values: Iterable[float], **kwargs: Any) -> alt.Axis | Any:
+def _log_axis(log: bool, values: Iterable[float], domain: tuple[float, float] | None = None,
+              **kwargs: Any) -> alt.Axis | Any:
     """An axis with ``_log_ticks`` when ``log``; else ``kwargs`` alone (or the default)."""
     if log:
-        kwargs["values"] = _log_ticks(values)
+        kwargs["values"] = _log_ticks(values, domain)
     return alt.Axis(**kwargs) if kwargs else alt.Undefined
 
 
@@ -369,9 +373,12 @@ def versus_chart(df: pd.DataFrame, x: str, y: str, color: str, x_title: str, y_t
     pick = alt.selection_point(fields=[color], bind="legend")
     colour = (_colour(color, keep[color], scale=alt.Scale(domain=list(color_order)))
               if color_order else _colour(color, keep[color]))
+    ticks = _log_axis(True, [low, high], (low, high))
     points = alt.Chart(keep).mark_point(size=70, filled=True).encode(
-        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(type="log", domain=[low, high])),
-        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log", domain=[low, high])),
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(type="log", domain=[low, high]),
+                axis=ticks),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log", domain=[low, high]),
+                axis=ticks),
         color=colour,
         opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
         tooltip=[*tooltip, alt.Tooltip(f"{x}:Q", format=",.4~g"),

@@ -91,7 +91,7 @@ def test_log_axes_tick_at_powers_of_ten():
     df = pd.DataFrame({"model": ["a", "b"], "kib": [6.0, 2560.0]})
     x = charts.sorted_bars(df, "kib", "model", "KiB", log=True).to_dict()["encoding"]["x"]
     assert x["axis"]["values"] == [10.0, 100.0, 1000.0]
-    # 5 to 60 spans under two decades: 1-2-5 steps inside the data (half the smallest value up)
+    # 5 to 60 (from 2.5, half the smallest): one power of ten inside, so 1-2-5 steps
     assert charts._log_ticks([5.0, 60.0]) == [5.0, 10.0, 20.0, 50.0]
     lines = pd.DataFrame({"x": [1, 2], "y": [0.16, 320.0], "s": ["a", "a"]})
     y = charts.lines(lines, "x", "y", "s", "x", "y", log_y=True).to_dict()["layer"][0]["encoding"]["y"]
