@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -44,6 +45,9 @@ PHONE_WIDTH = 320
 #: the book's column would not fit).
 ON_PHONE = "containerSize()[0] < 500"
 
+#: Legend labels longer than this (characters) get two wide legend columns instead of three.
+LONG_LEGEND_LABEL = 24
+
 #: The one colour of each attention kind (``Model.attention``), in every chart that colours by it.
 KIND_COLOURS: dict[str, str] = {
     "MHA": "#5f6b73", "GQA": "#1f5c99", "MQA": "#2aa7b8", "MLA": "#b8403a",
@@ -67,6 +71,11 @@ def _colour(field: str, values: Iterable[Any], title: str | None = None,
             **kwargs: Any) -> alt.Color:
     """A nominal colour encoding of ``field``; attention kinds get their fixed colours."""
     present = list(dict.fromkeys(str(v) for v in values))
+    if "legend" not in kwargs and max(map(len, present), default=0) > LONG_LEGEND_LABEL:
+        # long names ("GQA-8, 1:1 local:global, W 4,096"): two wider columns in the book's
+        # column, where three would run past its right edge
+        kwargs["legend"] = alt.Legend(columns={"expr": "max(1, floor(containerSize()[0] / 320))"},
+                                      labelLimit={"expr": f"{ON_PHONE} ? 290 : 260"})
     if present and all(_KIND.match(v) for v in present):
         order = [k for k in KIND_COLOURS if k in present] + sorted(set(present) - set(KIND_COLOURS))
         kwargs.setdefault("scale", alt.Scale(domain=order, range=[kind_colour(k) for k in order]))
@@ -81,7 +90,7 @@ def _theme() -> alt.theme.ThemeConfig:
             "font": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif",
             # axis titles a little smaller on a phone, where a long one spans the whole chart
             "axis": {"labelFontSize": 12, "titleFontSize": {"expr": f"{ON_PHONE} ? 11 : 13"},
-                     "titleFontWeight": "normal",
+                     "titleFontWeight": "normal", "labelSeparation": 6,
                      "gridColor": "#e6e6e6", "domainColor": "#888", "tickColor": "#888"},
             # Legends below the plot, in as many columns of ~210 px as the chart's container
             # holds: three in the book's column, one (with room for longer names) on a phone.
@@ -140,6 +149,31 @@ def _log_scale(log: bool, base: int = 10) -> alt.Scale | Any:
     return alt.Scale(type="log", base=base) if log else alt.Undefined
 
 
+def _log_ticks(values: Iterable[float], domain: tuple[float, float] | None = None) -> list[float]:
+    """Tick values for a base-10 log axis over ``values``: the powers of ten (1, 10, 100…) inside
+    ``domain`` (default: half the smallest value to the largest), and 2× and 5× them where fewer
+    than three powers fall inside, so labels never crowd and never run out."""
+    positive = [float(v) for v in values if v == v and v > 0]
+    if not positive:
+        return []
+    low, high = domain or (min(positive) / 2, max(positive))
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    for steps in ((1,), (1, 2, 5)):
+        ticks = [m * 10.0 ** e for e in range(first, last + 1) for m in steps]
+        inside = [t for t in ticks if low * (1 - 1e-9) <= t <= high * (1 + 1e-9)]
+        if len(inside) >= 3:
+            return inside
+    return inside if len(inside) >= 2 else ticks[:2]
+
+
+def _log_axis(log: bool, values: Iterable[float], domain: tuple[float, float] | None = None,
+              **kwargs: Any) -> alt.Axis | Any:
+    """An axis with ``_log_ticks`` when ``log``; else ``kwargs`` alone (or the default)."""
+    if log:
+        kwargs["values"] = _log_ticks(values, domain)
+    return alt.Axis(**kwargs) if kwargs else alt.Undefined
+
+
 def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str | None = None,
                 tooltip: Sequence[str] = (), log: bool = False) -> alt.Chart:
     """Horizontal bars sorted by ``value`` (largest on top), one per ``label``; ``log`` puts the
@@ -149,7 +183,7 @@ def sorted_bars(df: pd.DataFrame, value: str, label: str, title: str, color: str
         # on a log axis a bar starts at the axis' left end, not at a zero it cannot show; the
         # title ends at the axis' right end, reaching left under the labels (room on a phone)
         "x": alt.X(f"{value}:Q", title=title, stack=None if log else alt.Undefined,
-                   axis=alt.Axis(titleAnchor="end", titleAlign="right"),
+                   axis=_log_axis(log, df[value], titleAnchor="end", titleAlign="right"),
                    scale=alt.Scale(type="log", domainMin=float(df[value][df[value] > 0].min()) / 2,
                                    nice=False) if log else alt.Undefined),
         "y": alt.Y(f"{label}:N", sort="-x", title=None, axis=alt.Axis(
@@ -185,7 +219,7 @@ def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: 
     title = series.replace("_", " ")
     base = alt.Chart(df).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=_log_scale(log_x, 2)),
-        y=alt.Y(f"{y}:Q", title=y_title, scale=_log_scale(log_y)),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=_log_scale(log_y), axis=_log_axis(log_y, df[y])),
         color=_colour(series, df[series], title),
         tooltip=[series, alt.Tooltip(f"{x}:Q", format=","), alt.Tooltip(f"{y}:Q", format=",.2f")],
     )
@@ -358,9 +392,12 @@ def versus_chart(df: pd.DataFrame, x: str, y: str, color: str, x_title: str, y_t
     pick = alt.selection_point(fields=[color], bind="legend")
     colour = (_colour(color, keep[color], scale=alt.Scale(domain=list(color_order)))
               if color_order else _colour(color, keep[color]))
+    ticks = _log_axis(True, [low, high], (low, high))
     points = alt.Chart(keep).mark_point(size=70, filled=True).encode(
-        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(type="log", domain=[low, high])),
-        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log", domain=[low, high])),
+        x=alt.X(f"{x}:Q", title=x_title, scale=alt.Scale(type="log", domain=[low, high]),
+                axis=ticks),
+        y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log", domain=[low, high]),
+                axis=ticks),
         color=colour,
         opacity=alt.condition(pick, alt.value(0.9), alt.value(0.08)),
         tooltip=[*tooltip, alt.Tooltip(f"{x}:Q", format=",.4~g"),

@@ -21,6 +21,9 @@ notes`` (all optional, empty = unused):
   (``misleading``, ``outdated``, ``unverifiable``...), recorded in data; the recomputed value
   and the automatic verdict are still reported.
 * ``computation = "unverifiable"`` — no primary source or inputs to recompute from.
+* A claim whose computation only re-reads its source (``QUOTING``: a quoted measurement, an
+  engine's documented default, a vendor's own price list) and agrees with it is ``quoted``, not
+  ``holds``: the recheck confirms the quotation, not the figure.
 * ``expected_verdict`` — the verdict the book's prose explains for this claim; ``unexpected``
   lists the claims whose recheck no longer gives it, and each chapter asserts there are none.
 
@@ -49,7 +52,8 @@ from .tables import Table, number_text, table
 from .units import GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 
 TB, TIB = 1000**4, 1024**4
-VERDICTS = ("holds", "rounding", "unit slip", "misleading", "outdated", "wrong", "unverifiable")
+VERDICTS = ("holds", "rounding", "unit slip", "misleading", "outdated", "wrong", "quoted",
+            "unverifiable")
 #: What ``recheck_all`` reports for a row it cannot evaluate (not a verdict on the claim).
 ERROR = "error"
 #: The computation name for claims with no primary source or inputs to recompute from.
@@ -385,6 +389,11 @@ COMPUTATIONS: dict[str, Callable[..., float]] = {
     "cached_discount": _cached_discount,
 }
 
+#: Computations that only re-read the claim's own source, and what each re-reads: a claim that
+#: agrees with one of them is ``quoted`` (restated faithfully), not ``holds`` (recomputed).
+QUOTING = {"quoted": "{where}", "engine_block_size": "the engine's documented default",
+           "cached_discount": "the vendor's own price list"}
+
 
 # --- judging -------------------------------------------------------------------------------------
 
@@ -430,6 +439,14 @@ def _fmt(x: float, significant: int = 4) -> str:
     return number_text(x, f"{{:,.{significant}g}}")
 
 
+def _amount(x: float, unit: str, significant: int = 4) -> str:
+    """``x`` and its unit for a reason line, a plural unit made singular for 1: '1 token'."""
+    if unit == "x":  # a ratio: "5.76×"
+        return f"{_fmt(x, significant)}×"
+    singular = abs(x) == 1 and unit.endswith("s") and unit.isalpha() and len(unit) > 2
+    return f"{_fmt(x, significant)} {unit[:-1] if singular else unit}"
+
+
 def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | None = None,
           alternatives: Mapping[str, float | tuple[float, str]] | None = None) -> Verdict:
     """Compare a claim with kvlib's raw result (bytes for byte units, a fraction for %).
@@ -463,23 +480,39 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
                          and math.isclose(_in_unit(recomputed_raw, slip), value))
         note = (f" (exactly {_fmt(value, 6)} {slip}: the source computed in {slip})"
                 if exact_in_slip else "")
-        return Verdict(value, ours, unit, "holds", f"{_fmt(ours)} {unit} rounds to the claim{note}",
-                       "holds")
+        if close(ours, half_digit):
+            how = "exactly the claim" if ours == value else "which rounds to the claim"
+        else:  # inside only the wider tolerance the claim's row states ("about", "~0")
+            band = _amount(tol, "points") if unit == "%" else _amount(tol, unit)
+            how = f"within ±{band} of the claim, its stated tolerance"
+        return Verdict(value, ours, unit, "holds", f"{_amount(ours, unit)}, {how}{note}", "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
         return Verdict(value, ours, unit, "rounding",
-                       f"{_fmt(ours)} {unit}: within one unit of the last digit or 1 %", "rounding")
+                       f"{_amount(ours, unit)}: within one unit of the last digit or 1 %",
+                       "rounding")
     if slip is not None and close(_in_unit(recomputed_raw, slip), 2 * tol):
         return Verdict(value, ours, unit, "unit slip",
-                       f"{_fmt(ours)} {unit}; the claim's number is the value in {slip}",
+                       f"{_amount(ours, unit)}; the claim's number is the value in {slip}",
                        "unit slip", slip)
     for label, (raw, kind) in readings.items():
         alt = _in_unit(raw, unit)
         if close(alt, 2 * tol) or close(alt, 0.01 * abs(value)):
             only = "" if kind == "unit slip" else "only "
             return Verdict(value, ours, unit, kind,
-                           f"{_fmt(ours)} {unit} as stated; {_fmt(alt)} {only}{label}", kind, label)
+                           f"{_amount(ours, unit)} as stated; {_amount(alt, unit)} {only}{label}",
+                           kind, label)
     return Verdict(value, ours, unit, "wrong",
-                   f"recomputed {_fmt(ours)} {unit}, not {_fmt(value, 6)}", "wrong")
+                   f"recomputed {_amount(ours, unit)}, not {_fmt(value, 6)}", "wrong")
+
+
+def _as_quoted(name: str, inputs: Mapping[str, Any], verdict: Verdict) -> Verdict:
+    """A ``holds`` from a computation that re-reads the source (``QUOTING``) becomes ``quoted``."""
+    if name not in QUOTING or verdict.verdict != "holds":
+        return verdict
+    source = QUOTING[name].format(where=inputs.get("where", "the source"))
+    return Verdict(verdict.claimed, verdict.recomputed, verdict.unit, "quoted",
+                   f"restated from {source}; not recomputed", verdict.auto_verdict,
+                   verdict.alternative)
 
 
 # --- claims files --------------------------------------------------------------------------------
@@ -623,7 +656,7 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
     raw = _compute(name, inputs)
     verdict = judge(row["claimed"], raw, unit, _optional_float(row, "tolerance"),
                     _alternatives(row, inputs, raw))
-    return _override(row, verdict)
+    return _override(row, _as_quoted(name, inputs, verdict))
 
 
 #: Columns of ``recheck_all()``, in order.

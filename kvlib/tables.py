@@ -28,6 +28,7 @@ MISSING = "—"
 _EXPONENT = re.compile(r"\d[eE][+-]?\d")
 _NEGATIVE_ZERO = re.compile(r"[^\d-]*-[0.,]*0[^\d]*")
 _SIGNIFICANT = re.compile(r"\.(\d+)[gG]")
+_FIXED = re.compile(r"\.\d+f(?=[^{}]*})")
 
 # -- numbers as text -----------------------------------------------------------------------------
 
@@ -61,24 +62,42 @@ def _decimals(values: pd.Series) -> int:
     return int(min(4, max(0, 2 - math.floor(math.log10(largest))))) if largest > 0 else 0
 
 
+def _minus(text: str, value: Any) -> str:
+    """A negative number's sign as the typographic minus, as in the prose: "−1.6", not "-1.6"."""
+    negative = isinstance(value, Real) and not isinstance(value, bool) and value < 0
+    return text.replace("-", "\u2212", 1) if negative else text
+
+
+def _whole(value: Any) -> bool:
+    """A finite number with nothing after the point (up to float noise): 128.0, 12031."""
+    if not isinstance(value, Real) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    v = float(value)
+    return abs(v - round(v)) <= 1e-9 * max(1.0, abs(v))
+
+
 def number_text(value: Any, fmt: Formatter | None = None, decimals: int | None = None) -> str:
     """One cell as a reader sees it: ``fmt`` (a format string such as ``"{:,.2f}"`` or a
     function) when given, else thousands separators and ``decimals`` decimals for floats;
-    never an exponent or a ``-0``; ``MISSING`` for None/NaN and blanks; yes/no for booleans."""
+    never an exponent or a ``-0``; ``MISSING`` for None/NaN and blanks; yes/no for booleans.
+    A whole number in a fixed-point format string prints as an integer ("128", not "128.000";
+    "12,031 tokens", not "12,031.00"), except in a dollar format, where cents are the unit."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return MISSING
+    if isinstance(fmt, str) and "$" not in fmt and _whole(value):
+        fmt = _FIXED.sub(".0f", fmt if value else fmt.replace("{:+", "{:"))  # 0, not "+0"
     if fmt is not None:
         text = fmt(value) if callable(fmt) else fmt.format(value)
-        return _tidy(text, value, None if callable(fmt) else fmt) or MISSING
+        return _minus(_tidy(text, value, None if callable(fmt) else fmt), value) or MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, Integral):
-        return f"{int(value):,}"
+        return _minus(f"{int(value):,}", value)
     if isinstance(value, Real):
         if not math.isfinite(value):
             return MISSING
         places = 2 if decimals is None else decimals
-        return _tidy(f"{float(value):,.{places}f}", value)
+        return _minus(_tidy(f"{float(value):,.{places}f}", value), value)
     return str(value) or MISSING
 
 

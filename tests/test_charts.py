@@ -86,6 +86,30 @@ def test_sorted_bars_log_scale_starts_below_the_smallest_bar():
     assert x["stack"] is None  # a stacked bar would start at 0, which a log axis cannot show
 
 
+def test_log_axes_tick_at_powers_of_ten():
+    # bars from 6 to 2,560 KiB: three decades, so 10, 100 and 1,000 only (no 20, 30, 200, 300)
+    df = pd.DataFrame({"model": ["a", "b"], "kib": [6.0, 2560.0]})
+    x = charts.sorted_bars(df, "kib", "model", "KiB", log=True).to_dict()["encoding"]["x"]
+    assert x["axis"]["values"] == [10.0, 100.0, 1000.0]
+    # 5 to 60 (from 2.5, half the smallest): one power of ten inside, so 1-2-5 steps
+    assert charts._log_ticks([5.0, 60.0]) == [5.0, 10.0, 20.0, 50.0]
+    lines = pd.DataFrame({"x": [1, 2], "y": [0.16, 320.0], "s": ["a", "a"]})
+    y = charts.lines(lines, "x", "y", "s", "x", "y", log_y=True).to_dict()["layer"][0]["encoding"]["y"]
+    assert y["axis"]["values"] == [0.1, 1.0, 10.0, 100.0]
+
+
+def test_axis_labels_that_would_touch_are_dropped():
+    assert charts._theme()["config"]["axis"]["labelSeparation"] > 0
+
+
+def test_long_legend_names_get_two_wide_columns():
+    short = charts._colour("s", ["GQA-8", "MQA"])
+    long = charts._colour("s", ["GQA-8, 1:1 local:global, W 4,096", "MQA"])
+    assert short.to_dict().get("legend") is None
+    legend = long.to_dict()["legend"]
+    assert "/ 320" in legend["columns"]["expr"] and "260" in legend["labelLimit"]["expr"]
+
+
 def test_renderer_fits_single_charts_to_the_column():
     df = pd.DataFrame({"x": [1, 2], "y": [3.0, 4.0], "s": ["a", "b"]})
     spec = json.loads(_spec_text(charts.lines(df, "x", "y", "s", "x", "y")))

@@ -78,6 +78,21 @@ def test_explicit_tolerance_widens_the_band():
     assert judge("60", 0.618, "%", tolerance=5).verdict == "holds"
 
 
+def test_reasons_say_how_a_claim_holds():
+    # 16 tokens claimed, 16 recomputed: exact; 68.625 KiB claimed as 68.6: rounds
+    assert judge("16", 16, "tokens").reason == "16 tokens, exactly the claim"
+    assert judge("68.6", 70_272, "KiB").reason == "68.62 KiB, which rounds to the claim"
+    assert judge("1", 1, "tokens").reason == "1 token, exactly the claim"
+
+
+def test_a_tolerance_is_named_not_passed_off_as_rounding():
+    # "~0" waste read as the blog's "under 4 %": 3.111 % is not 0 to the claim's digit, but
+    # within the row's ±4 points
+    v = judge("0", 0.03111, "%", tolerance=4)
+    assert v.verdict == "holds"
+    assert v.reason == "3.111 %, within ±4 points of the claim, its stated tolerance"
+
+
 def test_alternative_reading_makes_a_unit_slip():
     # per GPU 8.69 GiB; the claim's 17.38 is the total over two GPUs
     v = judge("17.38", 8.69 * GIB, "GiB", alternatives={"as the total over 2 GPUs": 17.38 * GIB})
@@ -176,6 +191,26 @@ def test_override_keeps_the_recomputed_value():
                              verdict_override="misleading", override_reason="request rate, not throughput"))
     assert (v.verdict, v.auto_verdict, v.recomputed) == ("misleading", "holds", 22.0)
     assert v.reason == "request rate, not throughput"
+
+
+def test_a_claim_that_restates_its_source_is_quoted():
+    # a measured 5.76× re-read from the report agrees with the claim: quoted, not holds
+    v = recheck.recheck(_row(claimed="5.76", computation="quoted",
+                             inputs=json.dumps({"value": 5.76, "where": "report §3.2.3"})))
+    assert (v.verdict, v.auto_verdict) == ("quoted", "holds")
+    assert v.reason == "restated from report §3.2.3; not recomputed"
+    # a misquote is still judged by the arithmetic: 4 claimed, the source says 2
+    v = recheck.recheck(_row(claimed="4", computation="quoted",
+                             inputs=json.dumps({"value": 2, "where": "abstract"})))
+    assert v.verdict == "wrong"
+    assert set(recheck.QUOTING) <= set(COMPUTATIONS) and "quoted" in VERDICTS
+
+
+def test_book_quoted_claims_are_not_counted_as_holding(results):
+    by_id = results.set_index("id")["verdict"]
+    assert {"b05", "c09", "c10", "e02", "p05", "p06", "p07", "x28", "x29"} <= set(
+        by_id.index[by_id == "quoted"])
+    assert by_id["c08"] == "holds"  # 3.1 % within the blog's own "under 4 %"
 
 
 def test_per_gpu_factor_catches_a_total_stated_as_per_gpu():

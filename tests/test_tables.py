@@ -94,6 +94,18 @@ def test_column_labels_in_words_with_units(name, label):
     assert tables.column_label(name) == label
 
 
+def test_whole_numbers_print_as_integers_and_negatives_with_a_minus():
+    # a count in a fixed-point format: "128", not "128.000"; "12,031", not "12,031.00"
+    assert tables.number_text(128.0, "{:,.3f}") == "128"
+    assert tables.number_text(12031, "{:,.2f}") == "12,031"
+    assert tables.number_text(3.111, "{:,.2f}") == "3.11"  # not whole: the format's decimals
+    assert tables.number_text(1.0, "{:.2f}×") == "1×"
+    assert tables.number_text(3.0, "${:.2f}") == "$3.00"  # cents stay in a dollar format
+    assert tables.number_text(0.0, "{:+.1f}") == "0"  # not "+0"
+    assert tables.number_text(-1.6, "{:+.1f}") == "\u22121.6"  # the typographic minus
+    assert tables.number_text(-3) == "\u22123"
+
+
 def test_number_text_and_ranges():
     assert tables.number_text(1234567) == "1,234,567"
     assert tables.number_text(True) == "yes" and tables.number_text(None) == tables.MISSING

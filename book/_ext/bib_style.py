@@ -7,6 +7,7 @@ Two entries of one bibliography with the same label get "a", "b" after the year.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from functools import lru_cache
 
@@ -16,6 +17,7 @@ from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
 from pybtex.style.sorting import BaseSortingStyle
+from pybtex.style.template import field, href, words
 
 
 @lru_cache(maxsize=None)
@@ -66,6 +68,16 @@ class AuthorYearSortingStyle(BaseSortingStyle):
 class AuthorYearStyle(UnsrtStyle):
     default_label_style = "authoryear"
     default_sorting_style = "authoryear"
+
+    def format_url(self, e):
+        """"URL: github.com/vllm-project/vllm", linked: the address without its scheme, so the
+        theme does not shorten a GitHub link to a bare "vllm-project/vllm" under the label."""
+        url = field("url", raw=True)
+        return words["URL:", href(url)[field("url", raw=True, apply_func=_without_scheme)]]
+
+
+def _without_scheme(url: str) -> str:
+    return re.sub(r"^https?://", "", url).rstrip("/")
 
 
 def setup(app):
