@@ -225,7 +225,7 @@ GRID_COLUMNS = [
 ]
 
 
-def _row(point: ServingPoint, choice: WeightChoice, model: Model) -> dict[str, Any]:
+def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) -> dict[str, Any]:
     row = {"model": point.model, "model_name": point.model_name, "weights": choice.label,
            "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
            "gpu_memory_utilization": point.gpu_memory_utilization, "gpu": point.gpu,
@@ -236,7 +236,9 @@ def _row(point: ServingPoint, choice: WeightChoice, model: Model) -> dict[str, A
            "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
            "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
            "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
-    band = point.band
+    # past the largest batch with a band of its own, the band of that batch (its own borrows
+    # a wider, kinder scope): the figures are an extrapolation
+    band = point.band if point.batch <= limit else calibrate.error_band(point.n_gpus, limit)
     if point.fits:
         low, high = band.speed_range(point.tokens_per_s)
         cost_in, cost_out_split = point.dollars_per_million_split(1.0)
@@ -274,7 +276,8 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
     (``weight_choices``) × KV dtype × utilization × GPU × max_model_len (``max_model_lens`` of
     ``lengths``) × request (input, output tokens) that fits within that max_model_len.
 
-    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` with the GPU
+    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
+    that of ``banded_batch_limit`` when its batch is larger) with the GPU
     count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
     max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
     (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
@@ -288,6 +291,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
         if not list(values):
             raise ValueError(f"answer_grid needs at least one of {name}")
     rows = []
+    limit = banded_batch_limit()
     for slug in models:
         lens = max_model_lens(slug, lengths)
         model = load_model(slug)
@@ -309,7 +313,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
                                                                 unmodelled))
                                     continue
                                 point = eng.point(i, o, max_model_len=length)
-                                row = _row(point, choice, model)
+                                row = _row(point, choice, model, limit)
                                 row["model"] = slug
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
@@ -578,7 +582,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
     GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
     into ``ttft_bands``, ``ttft`` (``ttft_errors``) for the batch range of its batch, -1 where
-    none was measured). ``default`` names the starting choice: model, weights, kv_dtype,
+    none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
+    starting choice: model, weights, kv_dtype,
     gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
     row's input cost is the split of ``ServingPoint.dollars_per_million_split``, or, at batch 1
     (no other request's prompt to share the steps), its own prompt prefilled alone.
@@ -643,6 +648,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                   for scope, n, med, low, high in bands],
         "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
                        for r in ttft.itertuples()],
+        "batch_limit": banded_batch_limit(),
         "texts": list(texts),
         "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
                  "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",

@@ -25,6 +25,9 @@
   function money(x) { return "$" + sig3(x); }
   function seconds(x) { return sig3(x) + " s"; }
   function tokens(n) { return count(n); }
+  // A signed percentage with a true minus sign: −88 %, +29 %.
+  function pct(x) { var v = Math.round(x * 100); return (v < 0 ? "\u2212" : "+") + Math.abs(v) + " %"; }
+  function plural(n, word) { return count(n) + " " + word + (n === 1 ? "" : "s"); }
 
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
@@ -159,7 +162,7 @@
       t.appendChild(el("span", { "class": "kc-label" }, label));
       if (range) {
         t.appendChild(el("span", { "class": "kc-range" },
-                         (side ? side + ": measured " : "measured ") + range));
+                         (side ? side + "; band " : "error band ") + range));
       }
       parent.appendChild(t);
     }
@@ -192,6 +195,7 @@
       }
       var v = function (c) { return r[cols[c]]; };
       var band = data.bands[v("band")], side = band[5];
+      var beyond = v("batch") > data.batch_limit;
       // the band scales speeds by (1 + low) … (1 + high) and costs by the inverse
       var lo = 1 + band[3], hi = 1 + band[4];
       var tiles = el("div", { "class": "kc-tiles" });
@@ -224,6 +228,10 @@
            sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")) + " tokens/s and " +
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo) +
            " per 1M output tokens." +
+           (beyond ? " No measurement has " + count(v("batch")) + " requests in flight (the " +
+            "largest batch with a band of its own is " + count(data.batch_limit) + "): the band " +
+            "shown is that of the largest measured batches, and the figures are an " +
+            "extrapolation." : "") +
            (side === "optimistic" ? " Every measured case like this ran slower than the " +
             "model: read its figures as optimistic and plan on the range." :
             side === "pessimistic" ? " Every measured case like this ran faster than the " +
@@ -231,15 +239,16 @@
       var tb = v("ttft_band") >= 0 ? data.ttft_bands[v("ttft_band")] : null;
       line("kc-ttft", "Time to the first token assumes requests arrive spread out, with no " +
            "queue: a lower bound. " + (tb
-             ? "Against " + count(tb[1]) + " measured runs with " + tb[0] + " requests in " +
-               "flight, the model's TTFT was off by a median " + Math.round(tb[2] * 100) +
-               " % (10th–90th percentile " + Math.round(tb[3] * 100) + " % to " +
-               Math.round(tb[4] * 100) + " %)."
+             ? "Against " + plural(tb[1], "measured run") + " with " + (tb[0] === "1" ?
+               "one request" : tb[0] + " requests") + " in flight, the model's TTFT was off " +
+               "by a median " + pct(tb[2]) + " (10th–90th percentile " + pct(tb[3]) + " to " +
+               pct(tb[4]) + ")."
              : "No run with this many requests in flight was measured."));
-      var pre = line("kc-prefix", (batch === 1 ? "That input price is " : "Under steady " +
-                     "load, as the tiles assume, use the input price above; ") +
-                     "prefilling each " + tokens(prompt) + "-token prompt alone, as at low load, " +
-                     "input tokens cost " + money(v("prefix_cold") * price) + " per 1M; with a " +
+      var pre = line("kc-prefix", (batch === 1 ? "That is the price of each " +
+                     tokens(prompt) + "-token prompt prefilled alone" : "Under steady load, " +
+                     "as the tiles assume, budget with the input price above; prefilling each " +
+                     tokens(prompt) + "-token prompt alone, as at low load, input tokens cost " +
+                     money(v("prefix_cold") * price) + " per 1M") + "; with a " +
                      Math.round(data.hit_rate * 100) + " % prefix hit rate, " +
                      money(v("prefix_cached") * price) + " (the method of ");
       var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
