@@ -412,9 +412,9 @@ def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) ->
 
 def band_side(low: float, high: float) -> str:
     """Where an error band (``calibrate.ErrorBand`` low / high, predicted ÷ measured − 1 of time
-    per token) lies against the model's figure: "optimistic" when every held-out case in it ran
-    slower than predicted (high < 0), "pessimistic" when every one ran faster (low > 0), else
-    "" (the band holds the figure)."""
+    per token, 10th and 90th percentile) lies against the model's figure: "optimistic" when
+    nine in ten held-out cases ran slower than predicted (high < 0), "pessimistic" when nine in
+    ten ran faster (low > 0), else "" (the band holds the figure)."""
     return "optimistic" if high < 0 else "pessimistic" if low > 0 else ""
 
 

@@ -163,7 +163,7 @@ def test_one_request_at_a_time_pays_for_its_own_prompt():
 
 
 def test_band_side_and_the_measured_batch_limit():
-    assert answer.band_side(-0.5608, -0.1735) == "optimistic"  # every case ran slower
+    assert answer.band_side(-0.5608, -0.1735) == "optimistic"  # nine in ten ran slower
     assert answer.band_side(0.05, 0.2) == "pessimistic"
     assert answer.band_side(-0.3874, 0.1361) == ""
     # batch 129–512 has held-out points of its own; 513–4096 falls back to "TP 1, every batch"
@@ -173,7 +173,7 @@ def test_band_side_and_the_measured_batch_limit():
     assert answer.slow_end(1, 1024, 512) == 1 + error_band(1, 512).low
     assert answer.slow_end(1, 51, 512) == 1 + error_band(1, 51).low
     # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 611 requests in flight, past 512, so
-    # the grid gives it the band of 512, which every held-out case sits below
+    # the grid gives it the band of 512, whose 90th percentile lies below the figure
     row = answer.answer_grid(["llama-3.1-8b"], ["mi300x"], lengths=[8192],
                              requests=[(1024, 1024)]).query("weights == 'bf16'").iloc[0]
     band = error_band(1, 512)

@@ -232,10 +232,10 @@
             "largest batch with a band of its own is " + count(data.batch_limit) + "): the band " +
             "shown is that of the largest measured batches, and the figures are an " +
             "extrapolation." : "") +
-           (side === "optimistic" ? " Every measured case like this ran slower than the " +
-            "model: read its figures as optimistic and plan on the range." :
-            side === "pessimistic" ? " Every measured case like this ran faster than the " +
-            "model: its figures are pessimistic." : ""));
+           (side === "optimistic" ? " At least nine in ten measured cases like this ran " +
+            "slower than the model: read its figures as optimistic and plan on the range." :
+            side === "pessimistic" ? " At least nine in ten measured cases like this ran " +
+            "faster than the model: its figures are pessimistic." : ""));
       var tb = v("ttft_band") >= 0 ? data.ttft_bands[v("ttft_band")] : null;
       line("kc-ttft", "Time to the first token assumes requests arrive spread out, with no " +
            "queue: a lower bound. " + (tb
