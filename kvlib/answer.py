@@ -539,18 +539,20 @@ def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int,
 def ttft_errors() -> pd.DataFrame:
     """The time-to-first-token model against measurements it was never fitted to
     (``calibrate.validate``'s TTFT points), by requests in flight (``calibrate.BATCH_RANGES``):
-    batch_range, n, median (signed), low and high (10th and 90th percentile) of predicted ÷
-    measured − 1. Negative: measured TTFTs were longer (the model assumes arrivals spread out,
-    benchmarks send them in waves)."""
+    batch_range, n, median (signed), low and high (10th and 90th percentile; NaN under
+    ``calibrate.MIN_BAND_POINTS`` runs) of predicted ÷ measured − 1. Negative: measured TTFTs
+    were longer (the model assumes arrivals spread out, benchmarks send them in waves)."""
     res = calibrate.validate()
     ttft = res[res["role"] == "ttft"]
     rows = []
     for lo, _ in calibrate.BATCH_RANGES:
         label = calibrate.batch_range(lo)
         err = ttft.loc[ttft["batch_range"] == label, "error"]
+        spread = len(err) >= calibrate.MIN_BAND_POINTS
         if len(err):
             rows.append({"batch_range": label, "n": len(err), "median": float(err.median()),
-                         "low": float(err.quantile(0.1)), "high": float(err.quantile(0.9))})
+                         "low": float(err.quantile(0.1)) if spread else math.nan,
+                         "high": float(err.quantile(0.9)) if spread else math.nan})
     return pd.DataFrame(rows, columns=["batch_range", "n", "median", "low", "high"])
 
 

@@ -241,8 +241,8 @@
            "queue: a lower bound. " + (tb
              ? "Against " + plural(tb[1], "measured run") + " with " + (tb[0] === "1" ?
                "one request" : tb[0] + " requests") + " in flight, the model's TTFT was off " +
-               "by a median " + pct(tb[2]) + " (10th–90th percentile " + pct(tb[3]) + " to " +
-               pct(tb[4]) + ")."
+               "by a median " + pct(tb[2]) + (tb[3] === null ? " (too few runs for a spread)."
+               : " (10th–90th percentile " + pct(tb[3]) + " to " + pct(tb[4]) + ").")
              : "No run with this many requests in flight was measured."));
       var pre = line("kc-prefix", (batch === 1 ? "That is the price of each " +
                      tokens(prompt) + "-token prompt prefilled alone" : "Under steady load, " +
