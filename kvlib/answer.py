@@ -27,21 +27,29 @@ from typing import Any
 
 import pandas as pd
 
+from . import calibrate
 from .capacity import derived_max_model_len
 from .cost import cost_per_million_tokens
 from .data import csv_path
 from .hardware import compute_dtype_for, gpu_slugs, load_gpu, load_prices
+from .model import Model
 from .prefix_cost import input_cost_per_million
 from .registry import load_model, model_record
 from .serving import TP_DEGREES, Engine, ServingPoint
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
-#: (a value not listed here is a kind of its own).
+#: (a value not listed here is a kind of its own). Capacity Blocks are short-term
+#: reservations, priced above on-demand, so they are not "committed"; serverless workers bill
+#: per second and scale to zero, so they are not hourly rentals.
 PRICING_KINDS: dict[str, str] = {
     "on-demand": "on-demand", "spot": "spot", "marketplace": "marketplace",
-    "committed-capacity-block": "committed", "committed-1y": "committed",
-    "reserved": "committed",
+    "committed-1y": "committed", "reserved": "committed",
+    "committed-capacity-block": "capacity block", "serverless": "serverless",
 }
+
+#: ``pricing`` values of ``data/prices.csv`` that are no offer (the article's own assumed
+#: price): never part of a market price.
+NOT_OFFERS = frozenset({"assumption"})
 
 #: Checkpoint formats read from a config's ``quantization_config.quant_method`` → the
 #: ``weight_dtype`` kvlib serves them in (others, e.g. GPTQ's bit widths, are not guessed).
@@ -145,23 +153,33 @@ def price_range(gpu: str) -> tuple[float, float, float] | None:
 def market_prices() -> pd.DataFrame:
     """Per GPU and kind of offer (``PRICING_KINDS``): ``dollars_per_gpu_hour``, the median of
     that kind's dated rows in ``data/prices.csv`` (of its undated rows when none is dated:
-    ``dated`` False); ``n`` rows used and ``rows``, naming them (provider, offering, date,
-    price). One row per (gpu, kind) that has offers."""
+    ``dated`` False; rows of ``NOT_OFFERS`` never count); ``n`` rows used, ``low`` and ``high``
+    (their range), ``rows`` naming them (provider, offering, date, price) and ``basis``, the
+    price in words ("the median of 5 dated on-demand offers ($2.69–$6.16)", "the mean of 2 …",
+    "1 dated on-demand offer"). One row per (gpu, kind) that has offers."""
     prices = load_prices()
+    prices = prices[~prices["pricing"].isin(NOT_OFFERS)]
     prices = prices.assign(kind=prices["pricing"].map(lambda p: PRICING_KINDS.get(p, p)),
                            dated=prices["date"].str.strip() != "")
     out = []
     for (gpu, kind), group in prices.groupby(["gpu", "kind"], sort=True):
         used = group[group["dated"]] if group["dated"].any() else group
+        dollars = used["dollars_per_gpu_hour"].astype(float)
         named = "; ".join(f"{r.provider}, {r.offering}"
                           f"{f' ({r.date})' if r.date else ' (undated)'}: "
                           f"${float(r.dollars_per_gpu_hour):.2f}"
                           for r in used.itertuples())
-        out.append({"gpu": gpu, "kind": kind,
-                    "dollars_per_gpu_hour": float(used["dollars_per_gpu_hour"].astype(float)
-                                                  .median()),
-                    "n": len(used), "dated": bool(group["dated"].any()), "rows": named})
-    return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "rows"])
+        dated = bool(group["dated"].any())
+        offers = f"{'dated' if dated else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
+        spread = f" (${dollars.min():.2f}–${dollars.max():.2f})"
+        basis = (f"1 {offers}" if len(used) == 1 else
+                 f"the mean of 2 {offers}{spread}" if len(used) == 2 else
+                 f"the median of {len(used)} {offers}{spread}")
+        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": float(dollars.median()),
+                    "n": len(used), "dated": dated, "low": float(dollars.min()),
+                    "high": float(dollars.max()), "rows": named, "basis": basis})
+    return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "low",
+                                      "high", "rows", "basis"])
 
 
 def market_price(gpu: str, kind: str = "on-demand") -> float | None:
@@ -207,21 +225,28 @@ GRID_COLUMNS = [
 ]
 
 
-def _row(point: ServingPoint, choice: WeightChoice) -> dict[str, Any]:
+def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) -> dict[str, Any]:
     row = {"model": point.model, "model_name": point.model_name, "weights": choice.label,
            "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
            "gpu_memory_utilization": point.gpu_memory_utilization, "gpu": point.gpu,
            "gpu_name": point.gpu_name, "max_model_len": point.max_model_len,
            "input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
-           "n_gpus": point.n_gpus, "limit": point.limit, "why_not": point.why_not(),
+           "n_gpus": point.n_gpus, "limit": point.limit, "why_not": _why_not(point),
            "would_fit": "", "max_concurrency": point.max_concurrency, "batch": point.batch,
            "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
            "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
            "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
-    band = point.band
+    # past the largest batch with a band of its own, the band of that batch (its own borrows
+    # a wider, kinder scope): the figures are an extrapolation
+    band = point.band if point.batch <= limit else calibrate.error_band(point.n_gpus, limit)
     if point.fits:
         low, high = band.speed_range(point.tokens_per_s)
         cost_in, cost_out_split = point.dollars_per_million_split(1.0)
+        if point.prefill_time_share == 0:  # one request at a time: its own prompt, prefilled alone
+            cost_in = input_cost_per_million(model, point.gpu, dollars_per_gpu_hour=1.0,
+                                             prompt_tokens=point.input_tokens,
+                                             n_gpus=point.n_gpus, kv_dtype=point.kv_dtype,
+                                             weight_dtype=choice.weight_format)
         row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
                    output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
                    output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
@@ -234,6 +259,16 @@ def _row(point: ServingPoint, choice: WeightChoice) -> dict[str, Any]:
     return row
 
 
+def _why_not(point: ServingPoint) -> str:
+    """``point.why_not()``, saying so when the GPU is offered as one only (no GPU-to-GPU link
+    on file, so no tensor-parallel group is tried)."""
+    why = point.why_not()
+    if why and point.tried_gpus == 1 and load_gpu(point.gpu).link_bytes_per_s is None:
+        why += (f"; the {point.gpu_name} is offered as a single GPU (data/gpus.csv names no "
+                "GPU-to-GPU link for it)")
+    return why
+
+
 def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence[int],
                 requests: Sequence[tuple[int, int]], utilizations: Sequence[float] = (0.9,),
                 kv_dtypes: Sequence[str] = ("bf16",), engine: str = "vllm") -> pd.DataFrame:
@@ -241,7 +276,8 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
     (``weight_choices``) × KV dtype × utilization × GPU × max_model_len (``max_model_lens`` of
     ``lengths``) × request (input, output tokens) that fits within that max_model_len.
 
-    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` with the GPU
+    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
+    that of ``banded_batch_limit`` when its batch is larger) with the GPU
     count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
     max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
     (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
@@ -255,6 +291,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
         if not list(values):
             raise ValueError(f"answer_grid needs at least one of {name}")
     rows = []
+    limit = banded_batch_limit()
     for slug in models:
         lens = max_model_lens(slug, lengths)
         model = load_model(slug)
@@ -276,7 +313,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
                                                                 unmodelled))
                                     continue
                                 point = eng.point(i, o, max_model_len=length)
-                                row = _row(point, choice)
+                                row = _row(point, choice, model, limit)
                                 row["model"] = slug
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
@@ -305,8 +342,8 @@ _SETTINGS = ("weights", "kv_dtype", "gpu_memory_utilization", "max_model_len")
 def would_fit(grid: pd.DataFrame) -> pd.Series:
     """For each row that does not fit, what would, in words: the same case with one setting
     changed (another checkpoint, KV dtype, utilization or a shorter max_model_len that still
-    holds the request) on the same GPU, and the GPU of the grid that holds it unchanged on
-    the fewest GPUs; "" for rows that fit."""
+    holds the request) on the same GPU, and every GPU of the grid that holds it unchanged
+    (fewest GPUs first); "" for rows that fit."""
     keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
             "input_tokens", "output_tokens"]
     fits = {tuple(k): int(n) for k, n in zip(grid[keys].itertuples(index=False), grid["n_gpus"])}
@@ -329,11 +366,9 @@ def would_fit(grid: pd.DataFrame) -> pd.Series:
                 if n > 0:
                     found.append(f"{_setting_words(setting, value)} ({n} GPU{'s' * (n > 1)})")
         gpu_pos = keys.index("gpu")
-        elsewhere = [(fits.get(key[:gpu_pos] + (g,) + key[gpu_pos + 1:], 0), g) for g in gpus]
-        elsewhere = sorted((n, g) for n, g in elsewhere if n > 0)
-        if elsewhere:
-            n, g = elsewhere[0]
-            found.append(f"{n} × {names[g]}")
+        elsewhere = [(fits.get(key[:gpu_pos] + (g,) + key[gpu_pos + 1:], 0), names[g])
+                     for g in gpus]
+        found += [f"{n} × {name}" for n, name in sorted(e for e in elsewhere if e[0] > 0)]
         out.append("would fit with " + _or(found) if found else
                    "fits none of the settings and GPUs on this page")
     return pd.Series(out, index=grid.index, dtype=str)
@@ -375,39 +410,77 @@ def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) ->
     return pd.DataFrame(rows, columns=[*keys, "cold", "cached"])
 
 
+def band_side(low: float, high: float) -> str:
+    """Where an error band (``calibrate.ErrorBand`` low / high, predicted ÷ measured − 1 of time
+    per token, 10th and 90th percentile) lies against the model's figure: "optimistic" when
+    nine in ten held-out cases ran slower than predicted (high < 0), "pessimistic" when nine in
+    ten ran faster (low > 0), else "" (the band holds the figure)."""
+    return "optimistic" if high < 0 else "pessimistic" if low > 0 else ""
+
+
+def banded_batch_limit() -> int:
+    """The largest decode batch whose batch range (``calibrate.BATCH_RANGES``) has held-out
+    points enough for a band of its own in ``data/speed_error_bands.csv``; past it a band
+    falls back to a wider scope and the speed is an extrapolation."""
+    table = pd.read_csv(csv_path(calibrate.BANDS_FILE), keep_default_na=False)
+    own = [hi for lo, hi in calibrate.BATCH_RANGES
+           if table.loc[table["batch_range"] == calibrate.batch_range(lo), "scope"]
+           .str.endswith(f"batch {calibrate.batch_range(lo)}").any()]
+    if not own:
+        raise ValueError(f"{calibrate.BANDS_FILE}: no batch range has a band of its own")
+    return max(own)
+
+
+def slow_end(n_gpus: int, batch: int, limit: int) -> float:
+    """The factor on a predicted speed at the slow end of its error band (1 + the band's 10th
+    percentile) at ``n_gpus`` and ``batch``; past ``limit`` (``banded_batch_limit``) the
+    slower of its own band and the band at ``limit``, so an extrapolated batch is never
+    trusted more than the largest measured one."""
+    low = calibrate.error_band(n_gpus, batch).low
+    if batch > limit:
+        low = min(low, calibrate.error_band(n_gpus, limit).low)
+    return 1 + low
+
+
 def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
-             gpu_memory_utilization: float = 0.9, output_tokens: int = 1024) -> pd.DataFrame:
+             gpu_memory_utilization: float = 0.9, output_tokens: int = 1024,
+             dated_only: bool = True) -> pd.DataFrame:
     """What to buy: per model and prompt length of ``grid`` (requests of ``output_tokens``
     generated tokens), the deployment with the lowest $ per 10⁶ output tokens at market price
-    (``market_price`` of ``kind``; GPUs without one are left out) whose every user gets at
-    least ``speed_floor`` tokens/s.
+    (``market_price`` of ``kind``; GPUs without one are left out, and with ``dated_only`` those
+    whose offers are all undated) whose every user gets at least ``speed_floor`` tokens/s —
+    both read at the slow end of the speed model's error band (``slow_end``), the evidence the
+    book trusts, not at the model's own figure.
 
     Candidates are the grid's rows at ``gpu_memory_utilization`` that fit, with vLLM started at
     the shortest max_model_len holding the request: every GPU, checkpoint and KV dtype, on the
     fewest GPUs that hold the model. A deployment too slow per user with as many requests in
     flight as its pool holds is asked again with fewer (vLLM's ``--max-num-seqs``): the
     largest power of two below that batch that reaches the floor. Candidates are tried from
-    the cheapest at full batch, and the search stops at the first whose full-batch price
-    exceeds the best found, taking fewer requests in flight never to lower the price of a
-    token. Columns: model, model_name, input_tokens,
-    output_tokens, gpu, gpu_name, n_gpus, weights, checkpoint, kv_dtype, max_model_len,
-    batch, capped (the batch was lowered), per_user_tokens_per_s, tokens_per_s,
-    dollars_per_gpu_hour, output_cost ($ per 10⁶ at that price); a prompt length nothing
-    serves that fast has n_gpus 0.
+    the lowest bound on their price (the full-batch price at the most favourable slow end of
+    any band), and the search stops when that bound exceeds the best found. Columns: model,
+    model_name, input_tokens, output_tokens, gpu, gpu_name, n_gpus, weights, checkpoint,
+    kv_dtype, max_model_len, batch, capped (the batch was lowered), extrapolated (the batch
+    exceeds ``banded_batch_limit``), per_user_tokens_per_s, tokens_per_s (the model's
+    figures), slow_end (their factor), per_user_slow, output_cost_slow ($ per 10⁶ at the slow
+    end, the ranking), output_cost (at the model's figure), dollars_per_gpu_hour; a prompt
+    length nothing serves that fast has n_gpus 0.
     """
     if isinstance(speed_floor, bool) or not isinstance(speed_floor, (int, float)) \
             or not speed_floor > 0:
         raise ValueError(f"speed_floor must be positive tokens/s, got {speed_floor!r}")
     offers = market_prices()
-    offers = offers[offers["kind"] == kind]
+    offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
     prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
+    limit = banded_batch_limit()
+    best_factor = 1 + float(pd.read_csv(csv_path(calibrate.BANDS_FILE))["low"].max())
     asked = grid[grid["output_tokens"] == output_tokens]
     rows = asked[(asked["n_gpus"] > 0)
                  & (asked["gpu_memory_utilization"] == gpu_memory_utilization)
                  & asked["gpu"].isin(list(prices))]
     keys = ["model", "weights", "kv_dtype", "gpu", "input_tokens"]
     rows = rows.sort_values("max_model_len").drop_duplicates(keys)  # the shortest that holds it
-    rows = rows.assign(full_cost=rows["output_cost"] * rows["gpu"].map(prices))
+    rows = rows.assign(bound=rows["output_cost"] * rows["gpu"].map(prices) / best_factor)
     formats = {(m, c.label): c.weight_format for m in rows["model"].unique()
                for c in weight_choices(m)}
     models = {m: load_model(m) for m in rows["model"].unique()}
@@ -417,30 +490,33 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
             "model_name"].first().items():
         group = rows[(rows["model"] == slug) & (rows["input_tokens"] == prompt)]
         best: dict[str, Any] | None = None
-        for r in group.sort_values("full_cost").itertuples(index=False):
-            if best is not None and r.full_cost >= best["output_cost"]:
-                break  # fewer requests in flight would not make it cheaper
+        for r in group.sort_values("bound").itertuples(index=False):
+            if best is not None and r.bound >= best["output_cost_slow"]:
+                break  # no batch of this or a later candidate can be cheaper
+            n = int(r.n_gpus)
             batch, user, tps = int(r.batch), r.per_user_tokens_per_s, r.tokens_per_s
-            if user < speed_floor:
+            if user * slow_end(n, batch, limit) < speed_floor:
                 key = (slug, r.weights, r.kv_dtype, r.gpu)
                 if key not in engines:
                     engines[key] = Engine(models[slug], r.gpu, kv_dtype=r.kv_dtype,
                                           gpu_memory_utilization=gpu_memory_utilization,
                                           weight_dtype=formats[(slug, r.weights)])
-                engine = engines[key]
-                found = _largest_batch(engine, prompt, output_tokens, int(r.max_model_len),
-                                       batch, speed_floor)
+                found = _largest_batch(engines[key], prompt, output_tokens, int(r.max_model_len),
+                                       batch, speed_floor, limit)
                 if found is None:
                     continue
                 batch, user, tps = found
-            cost = cost_per_million_tokens(prices[r.gpu] * r.n_gpus, tps)
-            if best is None or cost < best["output_cost"]:
-                best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": int(r.n_gpus),
+            factor = slow_end(n, batch, limit)
+            cost = cost_per_million_tokens(prices[r.gpu] * n, tps * factor)
+            if best is None or cost < best["output_cost_slow"]:
+                best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": n,
                         "weights": r.weights, "checkpoint": r.checkpoint,
                         "kv_dtype": r.kv_dtype, "max_model_len": int(r.max_model_len),
-                        "batch": batch, "capped": batch < r.batch,
-                        "per_user_tokens_per_s": user, "tokens_per_s": tps,
-                        "dollars_per_gpu_hour": prices[r.gpu], "output_cost": cost}
+                        "batch": batch, "capped": batch < r.batch, "extrapolated": batch > limit,
+                        "per_user_tokens_per_s": user, "tokens_per_s": tps, "slow_end": factor,
+                        "per_user_slow": user * factor, "output_cost_slow": cost,
+                        "output_cost": cost_per_million_tokens(prices[r.gpu] * n, tps),
+                        "dollars_per_gpu_hour": prices[r.gpu]}
         out.append({"model": slug, "model_name": name,
                     "input_tokens": int(prompt), "output_tokens": output_tokens,
                     **(best or {"n_gpus": 0})})
@@ -448,20 +524,36 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
 
 
 def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int, held: int,
-                   floor: float) -> tuple[int, float, float] | None:
+                   floor: float, limit: int) -> tuple[int, float, float] | None:
     """(batch, per-user tokens/s, tokens/s) at the largest power of two below ``held`` whose
-    users get ``floor`` tokens/s (per-user speed falls as the batch grows), or None."""
-    ladder = [2 ** k for k in range(held.bit_length()) if 2 ** k < held]
-    found = None
-    lo, hi = 0, len(ladder) - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        p = engine.point(prompt, output, max_model_len=max_model_len, batch=ladder[mid])
-        if p.per_user_tokens_per_s >= floor:
-            found, lo = (ladder[mid], p.per_user_tokens_per_s, p.tokens_per_s), mid + 1
-        else:
-            hi = mid - 1
-    return found
+    users get ``floor`` tokens/s at the slow end of the band (``slow_end``, which is not
+    monotone in the batch: every power is tried, largest first), or None."""
+    for batch in sorted((2 ** k for k in range(held.bit_length()) if 2 ** k < held),
+                        reverse=True):
+        p = engine.point(prompt, output, max_model_len=max_model_len, batch=batch)
+        if p.per_user_tokens_per_s * slow_end(p.n_gpus, batch, limit) >= floor:
+            return batch, p.per_user_tokens_per_s, p.tokens_per_s
+    return None
+
+
+def ttft_errors() -> pd.DataFrame:
+    """The time-to-first-token model against measurements it was never fitted to
+    (``calibrate.validate``'s TTFT points), by requests in flight (``calibrate.BATCH_RANGES``):
+    batch_range, n, median (signed), low and high (10th and 90th percentile; NaN under
+    ``calibrate.MIN_BAND_POINTS`` runs) of predicted ÷ measured − 1. Negative: measured TTFTs
+    were longer (the model assumes arrivals spread out, benchmarks send them in waves)."""
+    res = calibrate.validate()
+    ttft = res[res["role"] == "ttft"]
+    rows = []
+    for lo, _ in calibrate.BATCH_RANGES:
+        label = calibrate.batch_range(lo)
+        err = ttft.loc[ttft["batch_range"] == label, "error"]
+        spread = len(err) >= calibrate.MIN_BAND_POINTS
+        if len(err):
+            rows.append({"batch_range": label, "n": len(err), "median": float(err.median()),
+                         "low": float(err.quantile(0.1)) if spread else math.nan,
+                         "high": float(err.quantile(0.9)) if spread else math.nan})
+    return pd.DataFrame(rows, columns=["batch_range", "n", "median", "low", "high"])
 
 
 # --- the page's data ----------------------------------------------------------------------------
@@ -483,15 +575,20 @@ def _sig(value: float, digits: int = PAGE_DIGITS) -> float | int | None:
 
 
 def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequence[str],
-                    default: Mapping[str, Any], hit_rate: float = PREFIX_HIT_RATE
-                    ) -> dict[str, Any]:
+                    default: Mapping[str, Any], ttft: pd.DataFrame,
+                    hit_rate: float = PREFIX_HIT_RATE) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
     (models with their checkpoints and lengths, GPUs with their market prices by kind, KV
     dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
     that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
     choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
-    GPU-hour). ``default`` names the starting choice: model, weights, kv_dtype,
-    gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind.
+    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
+    into ``ttft_bands``, ``ttft`` (``ttft_errors``) for the batch range of its batch, -1 where
+    none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
+    starting choice: model, weights, kv_dtype,
+    gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
+    row's input cost is the split of ``ServingPoint.dollars_per_million_split``, or, at batch 1
+    (no other request's prompt to share the steps), its own prompt prefilled alone.
 
     The page looks rows up and multiplies costs by the price; it computes nothing else.
     """
@@ -506,6 +603,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     gpu_names = dict(zip(grid["gpu"], grid["gpu_name"]))
     texts: dict[str, int] = {"": 0}
     bands: dict[tuple, int] = {}
+    ttft_index = {label: i for i, label in enumerate(ttft["batch_range"])}
     pre = {(r.model, r.weights, r.kv_dtype, r.gpu, int(r.n_gpus), int(r.input_tokens)):
            (r.cold, r.cached) for r in prefix.itertuples(index=False)}
     index = {"model": {m: i for i, m in enumerate(model_list)}, "kv_dtype": {k: i for i, k in
@@ -525,8 +623,10 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)]
         if n > 0:
             cold, cached = pre[(m, w, k, g, int(n), int(p))]
+            batch = int(numbers[PAGE_FIELDS.index("batch")])
             rows.append(key + [_sig(x) for x in numbers]
-                        + [bands.setdefault(tuple(band), len(bands)), _sig(cold), _sig(cached)])
+                        + [bands.setdefault(tuple(band), len(bands)), _sig(cold), _sig(cached),
+                           ttft_index.get(calibrate.batch_range(batch), -1)])
         else:
             rows.append(key + [limit, texts.setdefault(why, len(texts)),
                                texts.setdefault(fit, len(texts))])
@@ -540,17 +640,21 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                                 for c in weight_choices(m)]} for m in model_list],
         "gpus": [{"slug": g, "name": gpu_names[g],
                   "prices": {o.kind: {"price": o.dollars_per_gpu_hour, "n": int(o.n),
-                                      "dated": bool(o.dated), "rows": o.rows}
+                                      "dated": bool(o.dated), "rows": o.rows,
+                                      "basis": o.basis}
                              for o in offers[offers["gpu"] == g].itertuples()}} for g in gpus],
         "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
         "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
         "hit_rate": hit_rate,
-        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high)]
+        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high)]
                   for scope, n, med, low, high in bands],
+        "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
+                       for r in ttft.itertuples()],
+        "batch_limit": banded_batch_limit(),
         "texts": list(texts),
         "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
                  "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",
-                 "prefix_cached"],
+                 "prefix_cached", "ttft_band"],
         "rows": rows,
         "default": dict(default),
     }

@@ -152,7 +152,7 @@ class ServingPoint:
             return ""
         if self.limit == "tp":
             return f"no GPU count tried can split {self.model_name} over {self.gpu_name} GPUs"
-        on = f"per GPU on {self.tried_gpus} GPU{'s' if self.tried_gpus > 1 else ''}"
+        on = "on one GPU" if self.tried_gpus == 1 else f"per GPU on {self.tried_gpus} GPUs"
         usable = (f"the {_gib(self.budget_bytes)} vLLM may use at gpu_memory_utilization "
                   f"{self.gpu_memory_utilization:g}")
         if self.limit == "weights":

@@ -57,19 +57,28 @@ def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):
 def test_market_prices_are_medians_of_the_dated_offers():
     table = answer.market_prices().set_index(["gpu", "kind"])
     h100 = table.loc[("h100-sxm", "on-demand")]
-    # dated on-demand rows: 3.90, 3.00, 2.99, 6.155, 2.69 → median 3.00; the undated AWS list
-    # price (12.29), RunPod's serverless (4.176) and the article's 2.90 are left out
+    # dated on-demand rows: 3.90, 3.00, 2.99, 6.155, 2.69 → median 3.00; RunPod's serverless
+    # worker (4.176) is a kind of its own and the article's assumed 2.90 is no offer
     assert (h100["dollars_per_gpu_hour"], h100["n"], h100["dated"]) == (3.0, 5, True)
     assert "Lambda, On-demand H100 (2026-03): $2.99" in h100["rows"]
-    assert table.loc[("h100-sxm", "spot"), "dollars_per_gpu_hour"] == (2.00 + 2.25) / 2
-    assert table.loc[("h100-sxm", "committed"), "dollars_per_gpu_hour"] == 4.916
+    assert h100["basis"] == "the median of 5 dated on-demand offers ($2.69–$6.16)"
+    assert table.loc[("h100-sxm", "serverless"), "dollars_per_gpu_hour"] == 4.176
+    spot = table.loc[("h100-sxm", "spot")]  # two offers: their mean, and their range
+    assert spot["dollars_per_gpu_hour"] == (2.00 + 2.25) / 2
+    assert spot["basis"] == "the mean of 2 dated spot offers ($2.00–$2.25)"
+    # AWS Capacity Blocks are short-term reservations, not a commitment
+    block = table.loc[("h100-sxm", "capacity block")]
+    assert (block["dollars_per_gpu_hour"], block["basis"]) == (4.916,
+                                                               "1 dated capacity block offer")
+    assert "committed" not in set(table.index.get_level_values("kind"))
     assert table.loc[("l4", "on-demand"), "dollars_per_gpu_hour"] == (0.70 + 0.80) / 2
     mi300x = table.loc[("mi300x", "on-demand")]  # both offers undated: used, and said so
     assert (mi300x["dollars_per_gpu_hour"], mi300x["dated"]) == ((1.71 + 1.85) / 2, False)
+    assert ("rtx-4090", "on-demand") not in table.index  # its only price is serverless
     assert answer.market_price("h100-pcie") is None  # no offer on file
-    # every H100 row, dated or not: 13 offers from $1.49 (Vast.ai) to $12.29 (AWS list price),
-    # the 7th of them $2.99
-    assert answer.price_range("h100-sxm") == (1.49, 2.99, 12.29)
+    # every H100 row, offer or not: 12 rows from $1.49 (Vast.ai) to $6.155 (CoreWeave),
+    # sorted 1.49 1.99 2.00 2.25 2.69 2.90 | 2.99 3.00 …: the median is (2.90 + 2.99) / 2
+    assert answer.price_range("h100-sxm") == (1.49, (2.90 + 2.99) / 2, 6.155)
 
 
 def test_max_model_len_never_past_the_models_maximum():
@@ -140,13 +149,58 @@ def test_prefix_line_is_chapter_sevens_price(grid):
     assert r["cached"] < r["cold"]
 
 
+def test_one_request_at_a_time_pays_for_its_own_prompt():
+    """At batch 1 no other request's prompt shares the decode steps (prefill share 0): the
+    input price is the request's own prompt prefilled alone, never $0."""
+    grid = answer.answer_grid(["llama-3.1-70b"], ["h100-sxm"], lengths=[131072],
+                              requests=[(130048, 1024)])
+    row = grid[(grid["weights"] == "fp8") & (grid["n_gpus"] > 0)].iloc[0]
+    assert (row["n_gpus"], row["batch"], row["prefill_time_share"]) == (2, 1, 0.0)
+    assert row["input_cost"] == input_cost_per_million(
+        "llama-3.1-70b", "h100-sxm", dollars_per_gpu_hour=1.0, prompt_tokens=130048, n_gpus=2,
+        weight_dtype="fp8") > 0
+    assert row["output_cost_split"] == row["output_cost"]  # all decode time is output's
+
+
+def test_band_side_and_the_measured_batch_limit():
+    assert answer.band_side(-0.5608, -0.1735) == "optimistic"  # nine in ten ran slower
+    assert answer.band_side(0.05, 0.2) == "pessimistic"
+    assert answer.band_side(-0.3874, 0.1361) == ""
+    # batch 129–512 has held-out points of its own; 513–4096 falls back to "TP 1, every batch"
+    assert answer.banded_batch_limit() == 512
+    assert error_band(1, 1024).low > error_band(1, 512).low  # the fallback looks better …
+    # … so a batch past 512 is read at the band of 512
+    assert answer.slow_end(1, 1024, 512) == 1 + error_band(1, 512).low
+    assert answer.slow_end(1, 51, 512) == 1 + error_band(1, 51).low
+    # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 611 requests in flight, past 512, so
+    # the grid gives it the band of 512, whose 90th percentile lies below the figure
+    row = answer.answer_grid(["llama-3.1-8b"], ["mi300x"], lengths=[8192],
+                             requests=[(1024, 1024)]).query("weights == 'bf16'").iloc[0]
+    band = error_band(1, 512)
+    assert row["batch"] == 611 and (row["band_low"], row["band_high"]) == (band.low, band.high)
+    assert row["tokens_per_s_high"] < row["tokens_per_s"]
+    assert answer.band_side(row["band_low"], row["band_high"]) == "optimistic"
+
+
+def test_would_fit_names_every_gpu_that_holds_the_case():
+    keys = dict(model="m", weights="bf16", kv_dtype="bf16", gpu_memory_utilization=0.9,
+                max_model_len=8192, input_tokens=7168, output_tokens=1024)
+    grid = pd.DataFrame([{**keys, "gpu": g, "gpu_name": name, "n_gpus": n} for g, name, n in (
+        ("h100-sxm", "H100", 0), ("h200", "H200", 8), ("mi300x", "MI300X", 4),
+        ("b200", "B200", 4))])
+    assert answer.would_fit(grid).tolist() == [
+        "would fit with 4 × B200, 4 × MI300X or 8 × H200", "", "", ""]
+
+
 def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
     buy = answer.cheapest(grid, speed_floor=20, output_tokens=1024).set_index(
         ["model", "input_tokens"])
     eight = buy.loc[("llama-3.1-8b", 1024)]
-    assert eight["per_user_tokens_per_s"] >= 20
+    assert eight["per_user_slow"] >= 20 and eight["per_user_tokens_per_s"] > eight["per_user_slow"]
     # every candidate, exhaustively: each checkpoint on each priced GPU, the largest power-of-two
-    # batch (or the full pool) that keeps every user at 20 tokens/s
+    # batch (or the full pool) that keeps every user at 20 tokens/s at the slow end of its band
+    # (10th percentile; past 512 requests, the slower of its band and the band at 512), priced
+    # there too
     prices = {"h100-sxm": 3.0, "a100-80gb": 2.7}
     best = math.inf
     for choice in answer.weight_choices("llama-3.1-8b"):
@@ -157,10 +211,12 @@ def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
             full = eng.point(1024, 1024, max_model_len=8192)
             for b in [full.batch] + [2 ** k for k in range(12, -1, -1) if 2 ** k < full.batch]:
                 p = eng.point(1024, 1024, max_model_len=8192, batch=b)
-                if p.per_user_tokens_per_s >= 20:
-                    best = min(best, p.dollars_per_million(price))
+                low = min(error_band(1, b).low, error_band(1, min(b, 512)).low)
+                if p.per_user_tokens_per_s * (1 + low) >= 20:
+                    best = min(best, p.dollars_per_million(price) / (1 + low))
                     break
-    assert eight["output_cost"] == pytest.approx(best, rel=1e-12)
+    assert eight["output_cost_slow"] == pytest.approx(best, rel=1e-12)
+    assert eight["output_cost"] == pytest.approx(best * eight["slow_end"], rel=1e-12)
     with pytest.raises(ValueError, match="speed_floor"):
         answer.cheapest(grid, speed_floor=0)
 
@@ -186,7 +242,9 @@ def test_calculator_data_and_html(grid):
     start = dict(model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
                  gpu_memory_utilization=0.9, gpu="h100-sxm", max_model_len=8192,
                  input_tokens=7168, output_tokens=1024, kind="on-demand")
-    data = answer.calculator_data(grid, prefix, models=MODELS, default=start)
+    ttft = pd.DataFrame({"batch_range": ["1", "33–128"], "n": [18, 390],
+                         "median": [0.1, -0.88], "low": [-0.2, -0.98], "high": [0.3, -0.68]})
+    data = answer.calculator_data(grid, prefix, models=MODELS, default=start, ttft=ttft)
     assert len(data["rows"]) == len(grid) and data["default"] == start
     assert [m["lengths"] for m in data["models"]] == [[8192, 131072], [8192, 131072]]
     assert data["gpus"][0]["prices"]["on-demand"]["price"] == 3.0
@@ -194,6 +252,9 @@ def test_calculator_data_and_html(grid):
     key = [0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
     (row,) = [r for r in data["rows"] if r[:8] == key]
     assert row[cols.index("n_gpus")] == 1 and row[cols.index("batch")] == 51
+    assert data["ttft_bands"][row[cols.index("ttft_band")]][0] == "33–128"  # batch 51's range
+    band = data["bands"][row[cols.index("band")]]
+    assert band[3:] == [-0.3874, 0.1361, ""]  # TP 1, batch 33–128: the band holds the figure
     exact = grid.iloc[0]
     assert row[cols.index("output_cost")] == pytest.approx(exact["output_cost"], rel=1e-3)
     (nofit,) = [r for r in data["rows"] if r[:8] == [1, 0, 0, 0, 0, 8192] + key[6:]]

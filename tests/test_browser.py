@@ -281,6 +281,10 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     for key, value in expected.items():  # three significant digits on the page
         assert shown[key] == pytest.approx(value, rel=6e-3), (key, shown[key], value)
     assert "median of 5 dated on-demand offers" in _card_text(calc)
+    # the speed tiles carry the held-out band under the model's figure, TTFT its caveat
+    assert calc.locator("[data-kc=tps] .kc-range").inner_text().startswith("error band ")
+    assert "a lower bound" in calc.locator("[data-kc=ttft]").inner_text()
+    assert "0.92" in calc.locator("select[name=utilization]").locator("option").all_inner_texts()
 
     # the price follows the GPU (L4: the median of its two dated offers, $0.75) and the kind
     _pick(calc, "gpu", "NVIDIA L4")
@@ -301,6 +305,19 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     slider.fill("6")
     assert _tiles(calc)["output"] == pytest.approx(before * 6 / answer.market_price(
         "h100-sxm", "spot"), rel=1e-2)  # $/token is linear in the price
+    _pick(calc, "gpu", "NVIDIA H200")  # a price the reader set survives a change of GPU
+    assert _price(calc) == 6 and "Your price: $6.00" in _card_text(calc)
+    _pick(calc, "gpu", "NVIDIA H100 SXM5")
+
+    # one request at a time (70B fp8, a 130,048-token prompt on two H100s): it pays for its
+    # own prompt, never $0
+    _pick(calc, "model", "Llama-3.1-70B")
+    _pick(calc, "weights", "fp8")
+    _pick(calc, "kv_dtype", "bf16")
+    _pick(calc, "utilization", "0.90")
+    _pick(calc, "output", "1,024")
+    _pick(calc, "prompt", "130,048")
+    assert _tiles(calc)["input"] > 0 and "1 request at a time" in _card_text(calc)
 
     # a case that does not fit: why, and what would
     _pick(calc, "model", "Llama-3.1-405B")

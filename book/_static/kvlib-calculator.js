@@ -25,6 +25,9 @@
   function money(x) { return "$" + sig3(x); }
   function seconds(x) { return sig3(x) + " s"; }
   function tokens(n) { return count(n); }
+  // A signed percentage with a true minus sign: −88 %, +29 %.
+  function pct(x) { var v = Math.round(x * 100); return (v < 0 ? "\u2212" : "+") + Math.abs(v) + " %"; }
+  function plural(n, word) { return count(n) + " " + word + (n === 1 ? "" : "s"); }
 
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
@@ -118,15 +121,17 @@
         sKind.disabled = true;
       } else {
         sKind.disabled = false;
-        setOptions(sKind, kinds.map(function (k) { return [k, k + " (median)"]; }),
+        setOptions(sKind, kinds.map(function (k) { return [k, k]; }),
                    kinds.indexOf(keep) >= 0 ? keep : kinds[0]);
       }
       priceFromKind();
     }
 
-    function priceFromKind() {
+    // The kind's market price, unless the reader set one with the slider (kept when the GPU
+    // changes; choosing a kind of offer asks for its market price again).
+    function priceFromKind(askMarket) {
       var offer = data.gpus[state.gpu].prices[sKind.value];
-      if (offer) { state.price = offer.price; state.custom = false; }
+      if (offer && (askMarket || !state.custom)) { state.price = offer.price; state.custom = false; }
       if (state.price === null) { state.price = 2.0; state.custom = true; }
       sPrice.value = String(state.price);
     }
@@ -149,10 +154,16 @@
 
     function line(cls, text) { var p = el("p", { "class": cls }, text); card.appendChild(p); return p; }
 
-    function tile(parent, key, value, label) {
-      var t = el("div", { "class": "kc-tile", "data-kc": key });
+    // A tile: the model's figure, and under it the range the held-out error band gives
+    // (flagged when the whole band lies on one side of the figure).
+    function tile(parent, key, value, label, range, side) {
+      var t = el("div", { "class": "kc-tile" + (side ? " kc-" + side : ""), "data-kc": key });
       t.appendChild(el("span", { "class": "kc-value" }, value));
       t.appendChild(el("span", { "class": "kc-label" }, label));
+      if (range) {
+        t.appendChild(el("span", { "class": "kc-range" },
+                         (side ? side + "; band " : "error band ") + range));
+      }
       parent.appendChild(t);
     }
 
@@ -183,42 +194,72 @@
         return;
       }
       var v = function (c) { return r[cols[c]]; };
+      var band = data.bands[v("band")], side = band[5];
+      var beyond = v("batch") > data.batch_limit;
+      // the band scales speeds by (1 + low) … (1 + high) and costs by the inverse
+      var lo = 1 + band[3], hi = 1 + band[4];
       var tiles = el("div", { "class": "kc-tiles" });
       card.appendChild(tiles);
       tile(tiles, "gpus", count(n), n > 1 ? "GPUs (tensor parallel)" : "GPU");
       tile(tiles, "requests", v("max_concurrency") < 100 ? v("max_concurrency").toFixed(1)
                                                           : count(Math.floor(v("max_concurrency"))),
            "concurrent requests");
-      tile(tiles, "tps", sig3(v("tokens_per_s")), "output tokens/s in all");
-      tile(tiles, "user", sig3(v("per_user_tokens_per_s")), "tokens/s per user");
-      tile(tiles, "ttft", seconds(v("ttft_s")), "to the first token");
-      tile(tiles, "output", money(v("output_cost") * price), "per 1M output tokens");
+      tile(tiles, "tps", sig3(v("tokens_per_s")), "output tokens/s in all",
+           sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")), side);
+      tile(tiles, "user", sig3(v("per_user_tokens_per_s")), "tokens/s per user",
+           sig3(v("per_user_tokens_per_s") * lo) + "–" + sig3(v("per_user_tokens_per_s") * hi),
+           side);
+      tile(tiles, "ttft", seconds(v("ttft_s")), "to the first token: a lower bound");
+      tile(tiles, "output", money(v("output_cost") * price), "per 1M output tokens",
+           money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo),
+           side);
       tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens");
-      var band = data.bands[v("band")];
-      line("kc-batch", v("batch") + " requests decoded together. Splitting the GPU time by the " +
-           "work it does, prompts cost " + money(v("input_cost") * price) + " and output " +
-           money(v("output_cost_split") * price) + " per 1M tokens; charging all of it to " +
-           "the output, " + money(v("output_cost") * price) + ".");
+      var batch = v("batch");
+      line("kc-batch", batch === 1
+        ? "1 request at a time: its prompt is prefilled alone before it decodes, so input " +
+          "tokens cost " + money(v("input_cost") * price) + " per 1M and output tokens " +
+          money(v("output_cost") * price) + " per 1M, a request paying both."
+        : count(batch) + " requests decoded together. Splitting the GPU time by the work it " +
+          "does, prompts cost " + money(v("input_cost") * price) + " and output " +
+          money(v("output_cost_split") * price) + " per 1M tokens; charging all of it to " +
+          "the output, " + money(v("output_cost") * price) + ".");
       line("kc-band", "Speed model's held-out error (" + band[0] + ", " + band[1] +
            " measurements): median " + Math.round(band[2] * 100) + " %, so " +
            sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")) + " tokens/s and " +
-           money(v("output_cost") * price * v("tokens_per_s") / v("tokens_per_s_high")) + "–" +
-           money(v("output_cost") * price * v("tokens_per_s") / v("tokens_per_s_low")) +
-           " per 1M output tokens.");
-      var pre = line("kc-prefix", "Prefilling each " + tokens(prompt) +
-                     "-token prompt alone, input tokens cost " +
-                     money(v("prefix_cold") * price) + " per 1M; with a " +
+           money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo) +
+           " per 1M output tokens." +
+           (beyond ? " No measurement has " + count(v("batch")) + " requests in flight (the " +
+            "largest batch with a band of its own is " + count(data.batch_limit) + "): the band " +
+            "shown is that of the largest measured batches, and the figures are an " +
+            "extrapolation." : "") +
+           (side === "optimistic" ? " At least nine in ten measured cases like this ran " +
+            "slower than the model: read its figures as optimistic and plan on the range." :
+            side === "pessimistic" ? " At least nine in ten measured cases like this ran " +
+            "faster than the model: its figures are pessimistic." : ""));
+      var tb = v("ttft_band") >= 0 ? data.ttft_bands[v("ttft_band")] : null;
+      line("kc-ttft", "Time to the first token assumes requests arrive spread out, with no " +
+           "queue: a lower bound. " + (tb
+             ? "Against " + plural(tb[1], "measured run") + " with " + (tb[0] === "1" ?
+               "one request" : tb[0] + " requests") + " in flight, the model's TTFT was off " +
+               "by a median " + pct(tb[2]) + (tb[3] === null ? " (too few runs for a spread)."
+               : " (10th–90th percentile " + pct(tb[3]) + " to " + pct(tb[4]) + ").")
+             : "No run with this many requests in flight was measured."));
+      var pre = line("kc-prefix", (batch === 1 ? "That is the price of each " +
+                     tokens(prompt) + "-token prompt prefilled alone" : "Under steady load, " +
+                     "as the tiles assume, budget with the input price above; prefilling each " +
+                     tokens(prompt) + "-token prompt alone, as at low load, input tokens cost " +
+                     money(v("prefix_cold") * price) + " per 1M") + "; with a " +
                      Math.round(data.hit_rate * 100) + " % prefix hit rate, " +
-                     money(v("prefix_cached") * price) + " (");
+                     money(v("prefix_cached") * price) + " (the method of ");
       var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
       pre.appendChild(a);
-      pre.appendChild(document.createTextNode(")."));
+      pre.appendChild(document.createTextNode(", at this page's price)."));
       var offer = g.prices[sKind.value];
       line("kc-price", state.custom || !offer ? "Your price: $" + price.toFixed(2) +
-           " per GPU-hour" + (offer ? "" : " (data/prices.csv has no offer for this GPU)") + "."
-           : "$" + price.toFixed(2) + " per GPU-hour: the median of " + offer.n + " " +
-             (offer.dated ? "dated" : "undated") + " " + sKind.value + " offer" +
-             (offer.n > 1 ? "s" : "") + " in data/prices.csv — " + offer.rows + ".");
+           " per GPU-hour" + (offer ? " (the " + sKind.value + " offers on file: " +
+           offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
+           : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
+             " in data/prices.csv — " + offer.rows + ".");
     }
 
     sModel.value = String(state.model);
@@ -237,7 +278,7 @@
     sGpu.addEventListener("change", function () {
       state.gpu = Number(sGpu.value); gpuChanged(false); render();
     });
-    sKind.addEventListener("change", function () { priceFromKind(); render(); });
+    sKind.addEventListener("change", function () { priceFromKind(true); render(); });
     sPrice.addEventListener("input", function () {
       state.price = Number(sPrice.value); state.custom = true; render();
     });
