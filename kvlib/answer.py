@@ -62,7 +62,7 @@ _QUANT_FORMATS: dict[str, str | dict[str, str]] = {
 _LABELS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int4": "int4", "int4-g128": "int4",
            "int4-g128-zp": "int4", "mxfp4": "mxfp4", "nvfp4": "nvfp4"}
 
-#: The prefix-cache hit rate of the page's input-price line (chapter 7's landing example).
+#: The prefix-cache hit rate of the page's input-price line (chapter 6's landing example, in chapters/07_prefix_caching.md).
 PREFIX_HIT_RATE = 0.6
 
 
@@ -242,11 +242,6 @@ def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) ->
     if point.fits:
         low, high = band.speed_range(point.tokens_per_s)
         cost_in, cost_out_split = point.dollars_per_million_split(1.0)
-        if point.prefill_time_share == 0:  # one request at a time: its own prompt, prefilled alone
-            cost_in = input_cost_per_million(model, point.gpu, dollars_per_gpu_hour=1.0,
-                                             prompt_tokens=point.input_tokens,
-                                             n_gpus=point.n_gpus, kv_dtype=point.kv_dtype,
-                                             weight_dtype=choice.weight_format)
         row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
                    output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
                    output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
@@ -389,7 +384,7 @@ def _or(items: Sequence[str]) -> str:
 
 
 def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) -> pd.DataFrame:
-    """Chapter 7's input price for every fitting case of the grid: $ per 10⁶ input tokens at
+    """Chapter 6's input price (chapters/07_prefix_caching.md) for every fitting case of the grid: $ per 10⁶ input tokens at
     $1 per GPU-hour when each prompt is prefilled alone (``prefix_cost.input_cost_per_million``)
     with no prefix-cache hits (``cold``) and with ``hit_rate`` of every prompt cached
     (``cached``). One row per model, checkpoint, KV dtype, GPU, GPU count and prompt length —

@@ -120,7 +120,7 @@ def engine_key(engine: str, gpu: GPU) -> str:
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.calibrate.fit`` on the train half of the modern measurements in
-#: data/throughput.csv (see chapter 6 for its held-out error); tests/test_calibrate.py refits
+#: data/throughput.csv (see Appendix A, chapters/06_validation.md, for its held-out error); tests/test_calibrate.py refits
 #: and checks these values.
 CALIBRATED = Efficiency(
     "calibrated (data/throughput.csv, train half)", bandwidth=0.96,
@@ -458,7 +458,12 @@ class ServingSteps:
     def ttft_s(self) -> float:
         """Time to a new request's first token when arrivals are spread out: its prompt's
         chunk steps plus, on average, half a running step to wait for."""
-        return self.prompt_chunks * self.first.time_s + self.tpot_s / 2
+        return self.prompt_s + self.tpot_s / 2
+
+    @property
+    def prompt_s(self) -> float:
+        """Seconds of the steps that carry one request's own prompt (its chunks)."""
+        return self.prompt_chunks * self.first.time_s
 
     @property
     def tokens_per_s(self) -> float:

@@ -94,7 +94,9 @@ class ServingPoint:
     figure); batch: requests decoded together; tpot_s: time per output token of one request;
     ttft_s: time to its first token with arrivals spread out; tokens_per_s: output tokens the
     group emits per second; per_user_tokens_per_s: 1 ÷ TPOT; prefill_time_share: the part of
-    the GPUs' time spent on prompts (what input tokens cost); bound: "memory" or "compute" (the
+    the GPUs' time spent on prompts (what input tokens cost; 0 at batch 1, where no other
+    request's prompt shares a decode step); prompt_s: seconds of the steps that carry one
+    request's own prompt; bound: "memory" or "compute" (the
     decode step); kv_bytes_per_gpu: the pool on each GPU; band: the held-out error of the speed
     model at this TP and batch (``calibrate.ErrorBand``; None when it does not fit).
 
@@ -125,6 +127,7 @@ class ServingPoint:
     tokens_per_s: float
     per_user_tokens_per_s: float
     prefill_time_share: float
+    prompt_s: float
     bound: str
     kv_bytes_per_gpu: int
     band: calibrate.ErrorBand | None
@@ -181,12 +184,17 @@ class ServingPoint:
         """($ per 10⁶ input tokens, $ per 10⁶ output tokens) when the GPU time is split by the
         work it does: the prefill share to the prompts, the rest to the decoded tokens. A request
         then costs input × the first + output × the second, as much as
-        ``dollars_per_million`` charges for its output alone."""
+        ``dollars_per_million`` charges for its output alone. At batch 1 no decode step
+        carries a prompt (share 0): the prompt's own steps (``prompt_s``) are time the output
+        price leaves out, and the input price charges them."""
         hourly = self._hourly(dollars_per_gpu_hour)
         share = self.prefill_time_share
+        if share == 0:
+            return (cost_per_million_tokens(hourly, self.input_tokens / self.prompt_s),
+                    cost_per_million_tokens(hourly, self.tokens_per_s))
         input_rate = self.tokens_per_s * self.input_tokens / self.output_tokens
-        input_cost = (cost_per_million_tokens(hourly * share, input_rate) if share > 0 else 0.0)
-        return input_cost, cost_per_million_tokens(hourly * (1 - share), self.tokens_per_s)
+        return (cost_per_million_tokens(hourly * share, input_rate),
+                cost_per_million_tokens(hourly * (1 - share), self.tokens_per_s))
 
 
 def _positive(name: str, value: object) -> int:
@@ -298,7 +306,7 @@ class Engine:
         if pool is None:
             point = ServingPoint(**terms, n_gpus=0, max_concurrency=0.0, batch=0, tpot_s=0.0,
                                  ttft_s=0.0, tokens_per_s=0.0, per_user_tokens_per_s=0.0,
-                                 prefill_time_share=0.0, bound="", band=None,
+                                 prefill_time_share=0.0, prompt_s=0.0, bound="", band=None,
                                  limit=_limit(shown) if shown else "tp")
             if n_gpus is not None:
                 raise DoesNotFit(self.slug, self.gpu.slug, limit_len, (n_gpus,),
@@ -315,7 +323,7 @@ class Engine:
                             tokens_per_s=steps.tokens_per_s,
                             per_user_tokens_per_s=steps.per_user_tokens_per_s,
                             prefill_time_share=steps.prefill_time_share,
-                            bound=steps.decode.bound,
+                            prompt_s=steps.prompt_s, bound=steps.decode.bound,
                             band=band, limit="")
 
 

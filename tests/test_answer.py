@@ -156,9 +156,15 @@ def test_one_request_at_a_time_pays_for_its_own_prompt():
                               requests=[(130048, 1024)])
     row = grid[(grid["weights"] == "fp8") & (grid["n_gpus"] > 0)].iloc[0]
     assert (row["n_gpus"], row["batch"], row["prefill_time_share"]) == (2, 1, 0.0)
-    assert row["input_cost"] == input_cost_per_million(
-        "llama-3.1-70b", "h100-sxm", dollars_per_gpu_hour=1.0, prompt_tokens=130048, n_gpus=2,
-        weight_dtype="fp8") > 0
+    point = serving_point("llama-3.1-70b", "h100-sxm", input_tokens=130048, output_tokens=1024,
+                          weight_dtype="fp8", max_model_len=131072)
+    # $1/GPU-hour × 2 GPUs over the prompt's 130,048 tokens in the seconds of its own steps
+    assert row["input_cost"] == point.dollars_per_million_split(1.0)[0] == pytest.approx(
+        2 / 3600 / (130048 / point.prompt_s) * 1e6, rel=1e-12)
+    # the prompt's own steps are chapter 6's prefill-alone time, but chunked (a step per chunk)
+    alone = input_cost_per_million("llama-3.1-70b", "h100-sxm", dollars_per_gpu_hour=1.0,
+                                   prompt_tokens=130048, n_gpus=2, weight_dtype="fp8")
+    assert row["input_cost"] == pytest.approx(alone, rel=0.1)
     assert row["output_cost_split"] == row["output_cost"]  # all decode time is output's
 
 

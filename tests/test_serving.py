@@ -43,6 +43,16 @@ def test_input_and_output_prices_add_up_to_the_all_in_price():
     assert 0 < per_input < per_output
 
 
+def test_one_request_at_a_time_pays_for_its_prompt_as_input():
+    p = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024, batch=1)
+    per_input, per_output = p.dollars_per_million_split(2.90)
+    # no other prompt shares a decode step: the output price is all of the decode time, and
+    # the prompt's own steps (prompt_s) are charged to its 7,168 tokens: $2.90/h over them
+    assert p.prefill_time_share == 0 and per_output == p.dollars_per_million(2.90)
+    assert per_input == pytest.approx(2.90 / 3600 * p.prompt_s / 7168 * 1e6, rel=1e-12)
+    assert p.prompt_s == pytest.approx(p.ttft_s - p.tpot_s / 2, rel=1e-12) and per_input > 0
+
+
 def test_degrees_the_hardware_or_the_heads_refuse_are_skipped():
     assert serving_point("llama-3.1-8b", "h100-sxm", input_tokens=100, output_tokens=100,
                          tp_degrees=(3,)).n_gpus == 0  # 32 query heads, 8 KV heads: skipped
