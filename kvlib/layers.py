@@ -164,15 +164,9 @@ class _TokenCache:
         return -(-max_model_len // block_size)
 
 
-class _StateCache:
-    """A recurrent layer: a constant state per sequence (conv + recurrent), nothing per token;
-    one page holds one sequence's state (vLLM ``MambaSpec``)."""
-
-    conv_kernel: int
-
-    @property
-    def cache_kind(self) -> CacheKind:
-        return "state"
+class _NothingPerToken:
+    """A layer that stores nothing per token (recurrent or stateless): zero bytes per token in
+    any format, no window, no tokens held."""
 
     @property
     def span(self) -> int | None:
@@ -193,6 +187,17 @@ class _StateCache:
     def tokens_held(self, n_tokens: int) -> int:
         _check_tokens(n_tokens)
         return 0
+
+
+class _StateCache(_NothingPerToken):
+    """A recurrent layer: a constant state per sequence (conv + recurrent), nothing per token;
+    one page holds one sequence's state (vLLM ``MambaSpec``)."""
+
+    conv_kernel: int
+
+    @property
+    def cache_kind(self) -> CacheKind:
+        return "state"
 
     def conv_elements(self, tp: int = 1, width: int | None = None) -> int:
         raise NotImplementedError
@@ -526,7 +531,7 @@ class GatedDeltaNetLayer(_StateCache):
 
 
 @dataclass(frozen=True)
-class StatelessLayer:
+class StatelessLayer(_NothingPerToken):
     """A layer that keeps no per-sequence state (the MLP/MoE-only layers of Nemotron-H)."""
 
     @property
@@ -536,25 +541,6 @@ class StatelessLayer:
     @property
     def cache_kind(self) -> CacheKind:
         return "none"
-
-    @property
-    def span(self) -> int | None:
-        return None
-
-    def elements_per_token(self, tp: int = 1) -> int:
-        _check_tp(tp)
-        return 0
-
-    def bytes_per_token(self, fmt: FormatLike = "bf16", tp: int = 1) -> int:
-        kv_format(fmt)
-        return self.elements_per_token(tp)
-
-    def scale_bytes_per_token(self, fmt: FormatLike = "bf16", tp: int = 1) -> int:
-        return self.bytes_per_token(fmt, tp)
-
-    def tokens_held(self, n_tokens: int) -> int:
-        _check_tokens(n_tokens)
-        return 0
 
     def state_elements(self, tp: int = 1) -> int:
         return self.elements_per_token(tp)
