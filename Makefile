@@ -42,7 +42,7 @@ test: install browser
 	KVLIB_NO_SKIPS=1 $(PY) -m pytest -q
 
 bench: install
-	$(PY) -m kvlib.bench
+	$(PY) -m kvlib.report.bench
 
 clean:
 	rm -rf book/_build book/chapters

@@ -1,6 +1,6 @@
 """``python -m kvlib`` runs the command line."""
 import sys
 
-from .cli import main
+from .report.cli import main
 
 sys.exit(main())

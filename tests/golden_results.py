@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ def _attempt(fn, *args, **kw) -> Any:
 def public_results() -> dict[str, Any]:
     import kvlib
     from kvlib import input_cost_per_million, recheck_all
-    from kvlib.serving import serving_point
+    from kvlib import serving_point
 
     out: dict[str, Any] = {}
     for m in MODELS:

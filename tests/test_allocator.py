@@ -1,5 +1,5 @@
-"""Tests for kvlib.allocator and kvlib.workloads: known answers, the block-level reference
-(kvlib.allocator_reference), properties."""
+"""Tests for kvlib.engines.allocator and kvlib.engines.workloads: known answers, the block-level reference
+(kvlib.engines.allocator_reference), properties."""
 from __future__ import annotations
 
 import math
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvlib.allocator import (
+from kvlib.engines.allocator import (
     BlockAllocator,
     BuddyAllocator,
     ContiguousAllocator,
@@ -19,8 +19,8 @@ from kvlib.allocator import (
     reserved_tokens,
     simulate,
 )
-from kvlib.allocator_reference import simulate_reference
-from kvlib.workloads import (
+from kvlib.engines.allocator_reference import simulate_reference
+from kvlib.engines.workloads import (
     alpaca,
     alpaca_dists,
     fixed,

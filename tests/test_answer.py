@@ -1,5 +1,5 @@
-"""kvlib.answer (the landing page's calculator: checkpoints, market prices, the grid, what to
-buy, the page's data) and kvlib.calculator (its HTML and the CSV downloads)."""
+"""kvlib.report.answer (the landing page's calculator: checkpoints, market prices, the grid, what to
+buy, the page's data) and kvlib.report.calculator (its HTML and the CSV downloads)."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,12 @@ import nbformat
 import pandas as pd
 import pytest
 
-from kvlib import answer, calculator, cli
-from kvlib.calibrate import error_band
-from kvlib.prefix_cost import input_cost_per_million
-from kvlib.serving import Engine, serving_point
+import kvlib
+
+from kvlib.report import answer, calculator, cli
+from kvlib.fit.calibrate import error_band
+from kvlib.serve.prefix_cost import input_cost_per_million
+from kvlib.serve.serving import Engine, serving_point
 
 MODELS = ["llama-3.1-8b", "llama-3.1-405b"]
 GPUS = ["h100-sxm", "a100-80gb"]
@@ -41,9 +43,9 @@ def test_weight_choices_are_the_published_checkpoint_and_the_listed_ones():
     assert llama[2].weight_format == "int4-g128-zp" and not llama[2].published
     assert [c.label for c in answer.weight_choices("deepseek-v3")] == ["fp8"]
     assert [c.label for c in answer.weight_choices("gpt-oss-120b")] == ["mxfp4 experts"]
-    assert answer.weight_label("int4-g128") == "int4"
-    with pytest.raises(ValueError, match="no label"):
-        answer.weight_label("int3")
+    assert kvlib.weight_format("int4-g128").family == "int4"
+    with pytest.raises(ValueError, match="unknown weight format 'int3'"):
+        kvlib.weight_format("int3")
 
 
 def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):

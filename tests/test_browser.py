@@ -265,7 +265,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
     the price follows the GPU and the kind of offer; every other control changes the figures;
     a case that does not fit says why and what would; the CSV downloads resolve offline."""
-    from kvlib import answer
+    from kvlib.report import answer
 
     page = reader.open(f"{server}/chapters/00_answer.html")
     calc = page.locator("div.kvlib-calculator")

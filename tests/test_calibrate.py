@@ -1,4 +1,4 @@
-"""kvlib.calibrate: the measured points, the split, the fit that CALIBRATED ships, the bands."""
+"""kvlib.fit.calibrate: the measured points, the split, the fit that CALIBRATED ships, the bands."""
 from __future__ import annotations
 
 import math
@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvlib import calibrate, roofline
-from kvlib.registry import data_dir
-from kvlib.roofline import CALIBRATED, Efficiency
+from kvlib.fit import calibrate
+from kvlib.speed import roofline
+from kvlib.model.registry import data_dir
+from kvlib.speed.roofline import CALIBRATED, Efficiency
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_parts_reproduce_the_roofline(points):
     s = roofline.serving_steps(point["model"], point["gpu"], batch=parts.batch,
                                input_tokens=int(point["input_tokens"]),
                                output_tokens=int(point["output_tokens"]), n_gpus=int(point["tp"]),
-                               weight_dtype=calibrate._weight_format(point["weight_format"]),
+                               weight_dtype=point["weight_format"],
                                kv_dtype=point["kv_dtype"], engine=point["engine"],
                                efficiency=CALIBRATED)
     assert parts.seconds(CALIBRATED) == pytest.approx(s.tpot_s, rel=1e-9)
@@ -81,7 +82,7 @@ def test_parts_reproduce_the_roofline(points):
     seconds = roofline.generation_time_s(
         static["model"], static["gpu"], batch=int(static["concurrency"]),
         prompt_tokens=int(static["input_tokens"]), output_tokens=int(static["output_tokens"]),
-        n_gpus=int(static["tp"]), weight_dtype=calibrate._weight_format(static["weight_format"]),
+        n_gpus=int(static["tp"]), weight_dtype=static["weight_format"],
         kv_dtype=static["kv_dtype"], engine=static["engine"], efficiency=CALIBRATED)
     assert calibrate.parts(static).seconds(CALIBRATED) == pytest.approx(seconds, rel=1e-9)
 

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib import capacity
-from kvlib.capacity import NO_OVERHEADS, VLLM, cache_groups, kv_pool
-from kvlib.units import GIB, KIB, MIB
+from kvlib.engines import capacity
+from kvlib import deployment
+from kvlib.fit import validation
+from kvlib.engines.capacity import NO_OVERHEADS, VLLM, cache_groups, kv_pool
+from kvlib.core.units import GIB, KIB, MIB
 
 
 def test_article_example_every_term_budget_minus_weights():
@@ -49,9 +51,9 @@ def test_article_example_with_vllm_overheads():
 
 def test_a100_gets_the_small_defaults():
     g = kvlib.load_gpu("a100-80gb")
-    assert capacity.default_max_num_seqs(g) == 256
-    assert capacity.default_max_num_batched_tokens(g) == 2048
-    assert capacity.default_max_num_seqs(kvlib.load_gpu("h200")) == 1024
+    assert deployment.default_max_num_seqs(g) == 256
+    assert deployment.default_max_num_batched_tokens(g) == 2048
+    assert deployment.default_max_num_seqs(kvlib.load_gpu("h200")) == 1024
 
 
 def test_tensor_parallel_shards_weights_and_kv_heads():
@@ -141,15 +143,15 @@ def test_bad_inputs():
 
 
 def test_calibration_constants_are_the_fit():
-    assert capacity.fit_forward_factor() == pytest.approx(VLLM.forward_factor, abs=1e-3)
-    refit = capacity.fit_overheads()
+    assert validation.fit_forward_factor() == pytest.approx(VLLM.forward_factor, abs=1e-3)
+    refit = validation.fit_overheads()
     assert refit.sampler_copies == pytest.approx(VLLM.sampler_copies, abs=0.05)
     assert refit.non_torch_bytes == pytest.approx(VLLM.non_torch_bytes, abs=0.01 * GIB)
     assert refit.non_torch_tp_bytes == pytest.approx(VLLM.non_torch_tp_bytes, abs=0.01 * GIB)
 
 
 def test_calibration_table_errors():
-    cal = capacity.calibration()
+    cal = validation.calibration()
     assert {"fit", "validate", "weights", "history"} <= set(cal["use"])
     fit = cal[cal["use"] == "fit"]
     assert fit["available_error_gib"].abs().max() < 1.3
@@ -165,9 +167,9 @@ def test_calibration_table_errors():
 
 def test_log_pool_rejects_unpredictable_logs():
     with pytest.raises(ValueError, match="registry"):
-        capacity.log_pool("el03")
+        validation.log_pool("el03")
     with pytest.raises(KeyError):
-        capacity.log_pool("el99")
+        validation.log_pool("el99")
 
 
 def test_arguments_numpy_integers_and_floats_are_numbers():

@@ -1,4 +1,4 @@
-"""kvlib.charts: the book's one chart module (theme, renderer, builders)."""
+"""kvlib.report.charts: the book's one chart module (theme, renderer, builders)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from kvlib import charts
+from kvlib.report import charts
 
 
 def test_stacked_bars_labels_and_order():

@@ -1,8 +1,8 @@
-"""kvlib.checks: integers and numbers accepted as Python or numpy values, bools and NaN refused."""
+"""kvlib.core.checks: integers and numbers accepted as Python or numpy values, bools and NaN refused."""
 import numpy as np
 import pytest
 
-from kvlib import checks
+from kvlib.core import checks
 
 
 def test_integer_accepts_python_and_numpy_ints():

@@ -1,6 +1,6 @@
 """The ``kvlib`` command line: answers, and one-line refusals with exit status 2.
 
-Driven in-process (``kvlib.cli.main``) for speed; the few behaviours that need a real process
+Driven in-process (``kvlib.report.cli.main``) for speed; the few behaviours that need a real process
 (the console script, ``python -m kvlib``, a reader closing the pipe) run as subprocesses.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvlib.cli import main
+from kvlib.report.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 KVLIB = Path(sys.executable).parent / "kvlib"
@@ -68,7 +68,7 @@ def test_recheck_and_models():
 
 
 def test_fit_by_hand():
-    from kvlib.capacity import VLLM
+    from kvlib.engines.capacity import VLLM
 
     out = run("fit", "llama-3.1-8b", "h100-sxm", "--util", "0.9", "--context", "8192", "--json")
     assert out.returncode == 0, out.stderr
@@ -92,8 +92,8 @@ def test_fit_by_hand():
 
 
 def test_fit_reports_speed_per_user_and_the_error_band():
-    from kvlib.calibrate import error_band
-    from kvlib.serving import serving_point
+    from kvlib.fit.calibrate import error_band
+    from kvlib.serve.serving import serving_point
 
     data = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--json").stdout)["speed"]
     # 8,192 tokens: 1,024 generated (the default) and 7,168 of prompt; the pool holds 51
@@ -168,7 +168,7 @@ def test_version():
     (("fit", "llama-3.1-8b", "h100-sxm", "--util", "abc"), "invalid float value"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--util", "nan"), "gpu_memory_utilization must be finite"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--context", "0"), "context_tokens must be >= 1"),
-    (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "0"), "n_gpus must be >= 1"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "0"), "tp must be >= 1"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--tp", "3"), "cannot be split across tp=3"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--kv-dtype", "bf8"), "unknown dtype 'bf8'"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--weight-dtype", "int3"), "unknown weight format"),

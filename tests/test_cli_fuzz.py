@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib.cli import main
+from kvlib.report.cli import main
 
 #: Seconds one command may take (the slowest, ``models``, reads every registry config).
 TIME_BOUND_S = 5.0

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib.cost import cost_change, dollars_per_hour_for_cost
+from kvlib.serve.cost import cost_change, dollars_per_hour_for_cost
 
 
 @pytest.mark.parametrize("rate, expected", [(100, 8.06), (1000, 0.81), (3000, 0.27)])

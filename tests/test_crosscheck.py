@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 import kvlib
-from kvlib import crosscheck
-from kvlib.units import KIB
+from kvlib.model import crosscheck
+from kvlib.core.units import KIB
 
 # --- no torch needed ------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""kvlib.data: where data lives, every CSV row checked on load, one slug resolver."""
+"""kvlib.core.data: where data lives, every CSV row checked on load, one slug resolver."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import kvlib
-from kvlib import data
+from kvlib.core import data
 
 ROOT = Path(__file__).resolve().parent.parent
 

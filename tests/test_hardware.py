@@ -6,8 +6,9 @@ import math
 import pytest
 
 import kvlib
-from kvlib.hardware import GPU, compute_dtype_for, gpu_table, price_per_gpu_hour
-from kvlib.units import GIB, MIB
+from kvlib.hardware.gpus import GPU, gpu_table, price_per_gpu_hour
+from kvlib.model.formats import weight_format
+from kvlib.core.units import GIB, MIB
 
 REQUIRED = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "l4",
             "a10g", "rtx-4090", "mi300x"]
@@ -80,8 +81,9 @@ def test_gpu_validation():
 
 
 def test_compute_dtype_for_weight_formats():
-    assert compute_dtype_for("fp8") == "fp8"
-    assert compute_dtype_for("bf16") == compute_dtype_for("int4") == "bf16"
+    assert weight_format("fp8").compute_dtype == "fp8"
+    assert weight_format("bf16").compute_dtype == weight_format("int4").compute_dtype == "bf16"
+    assert weight_format({"experts": "mxfp4"}).compute_dtype == "bf16"  # weight-only: bf16 GEMMs
 
 
 def test_prices_are_dated_sourced_and_name_known_gpus():

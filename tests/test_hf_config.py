@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib import Model, count_params, hf_config
-from kvlib.capacity import kv_pool
-from kvlib.hf_config import (CACHE_RELATED, IGNORED_KEYS, MAX_LAYERS, READ_KEYS, REFUSED_KEYS,
+from kvlib import Model, count_params
+from kvlib.model import hf_config
+from kvlib.engines.capacity import kv_pool
+from kvlib.model.hf_config import (CACHE_RELATED, IGNORED_KEYS, MAX_LAYERS, READ_KEYS, REFUSED_KEYS,
                              read_config, text_config)
 
 LLAMA = {  # meta-llama/Llama-3.1-8B config.json (fields that matter)
@@ -38,7 +39,7 @@ def test_every_registry_key_is_read_or_deliberately_ignored():
             undecided |= {(slug, key) for key in cfg
                           if key not in READ_KEYS and key not in IGNORED_KEYS}
     assert not undecided, (
-        f"config keys neither read nor ignored by kvlib.hf_config: {sorted(undecided)}; add each "
+        f"config keys neither read nor ignored by kvlib.model.hf_config: {sorted(undecided)}; add each "
         "to READ_KEYS (and read it) or to IGNORED_KEYS with the reason it changes no shape")
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvlib import quant
-from kvlib.layers import (AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer,
+from kvlib.model import formats
+from kvlib.model.layers import (AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer,
                           StatelessLayer)
 
 GQA = AttentionLayer(n_kv_heads=8, head_dim=128)
@@ -65,9 +65,9 @@ def test_recurrent_state_pages_hold_one_sequence():
     assert GDN.state_bytes(2, "bf16") == (24_576 + 524_288) // 2 * 2
 
 
-@pytest.mark.parametrize("fmt", [*quant.FORMATS, "fp16", "fp8", "int4"])
+@pytest.mark.parametrize("fmt", [*formats.FORMATS, "fp16", "fp8", "int4"])
 def test_every_kind_prices_every_format(fmt):
-    f = quant.kv_format(fmt)
+    f = formats.kv_format(fmt)
     for layer in ALL:
         if f.mla_only and layer.cache_kind in ("full", "sliding"):
             with pytest.raises(ValueError, match="MLA latents only"):

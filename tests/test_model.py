@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import kvlib
 from kvlib import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer, Model
-from kvlib.units import GIB, KIB
+from kvlib.core.units import GIB, KIB
 
 LLAMA_31_8B = {  # meta-llama/Llama-3.1-8B config.json (fields that matter)
     "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
@@ -303,4 +303,4 @@ def test_layer_summary_names_every_kind_in_words():
     text = kvlib.load_model("nemotron-3-nano-30b-a3b").layer_summary()
     assert "6 full" in text and "23 Mamba-2" in text and "_" not in text
     assert kvlib.load_model("qwen3.5-27b").layer_summary() == "16 full, 48 Gated DeltaNet"
-    assert set(kvlib.layers.KIND_NAMES) == set(kvlib.layers.LayerKind.__args__)
+    assert set(kvlib.model.layers.KIND_NAMES) == set(kvlib.model.layers.LayerKind.__args__)

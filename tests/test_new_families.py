@@ -15,7 +15,7 @@ import pytest
 
 import kvlib
 from kvlib import Model
-from kvlib.capacity import _group_layout, cache_groups, kv_pool
+from kvlib.engines.capacity import _group_layout, cache_groups, kv_pool
 
 #: Falcon-H1-7B-Instruct (tiiuae): attention and Mamba-2 in parallel in every layer. Not in the
 #: registry: no complete copy of its config.json was found. These are the fields kvlib reads, as

@@ -1,4 +1,4 @@
-"""Tests for kvlib.paging: closed forms against the simulator, sweeps, throughput trade-offs, data."""
+"""Tests for kvlib.engines.paging: closed forms against the simulator, sweeps, throughput trade-offs, data."""
 from __future__ import annotations
 
 import math
@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvlib import paging, recheck
-from kvlib.allocator import simulate
-from kvlib.workloads import fixed, sharegpt
+from kvlib.engines import paging
+from kvlib.report import recheck
+from kvlib.engines.allocator import simulate
+from kvlib.engines.workloads import fixed, sharegpt
 
 POOL = 15_728  # the vLLM paper's OPT-13B on an A100-40GB: 12 GiB / 800 KiB per token (Table 1)
 

@@ -6,10 +6,11 @@ import json
 import pytest
 
 import kvlib
-from kvlib.params import (ParamCounts, checkpoint_gap, count_params, loaded_weights, params_for,
-                          weight_bits, weight_bytes)
-from kvlib.registry import model_record, model_slugs
-from kvlib.units import GIB
+from kvlib.model.formats import weight_bits
+from kvlib.model.params import ParamCounts, count_params, weight_bytes
+from kvlib.model.weights import checkpoint_gap, loaded_weights, params_for
+from kvlib.model.registry import model_record, model_slugs
+from kvlib.core.units import GIB
 
 #: kvlib's count ÷ the publisher's figure − 1, per registry model (published_params in
 #: data/models/*.json; most are the nominal size in the model's name). Models without a
@@ -125,7 +126,7 @@ def test_bad_inputs():
         weight_bits("int3")
     with pytest.raises(ValueError, match="tp"):
         weight_bytes(params_for("llama-3.1-8b"), "bf16", tp=0)
-    with pytest.raises(ValueError, match="unknown components"):
+    with pytest.raises(ValueError, match="unknown component 'attn'"):
         weight_bytes(params_for("llama-3.1-8b"), {"attn": "fp8"})
     with pytest.raises(ValueError, match="intermediate_size"):
         count_params({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,

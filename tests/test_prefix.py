@@ -1,6 +1,6 @@
-"""Tests for kvlib.prefix: known answers, vLLM's own KVCacheManager as an oracle, properties,
+"""Tests for kvlib.engines.prefix: known answers, vLLM's own KVCacheManager as an oracle, properties,
 the stored Mooncake trace, and prefix sharing inside kvlib.simulate (against the block-level
-reference, kvlib.allocator_reference)."""
+reference, kvlib.engines.allocator_reference)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib import prompts
-from kvlib.allocator import simulate
-from kvlib.allocator_reference import simulate_reference
-from kvlib.prefix import (
+from kvlib.engines import prompts
+from kvlib.engines.allocator import simulate
+from kvlib.engines.allocator_reference import simulate_reference
+from kvlib.engines.prefix import (
     MOONCAKE_BLOCK_TOKENS,
     BlockTrace,
     RadixCache,
@@ -28,13 +28,13 @@ from kvlib.prefix import (
     read_trace_csv,
     replay_prefix_cache,
 )
-from kvlib.workloads import sharegpt
+from kvlib.engines.workloads import sharegpt
 
 
 def vllm_hits(*args, **kwargs):
     """vLLM 0.33.0's KVCacheManager, or a skip where requirements-vllm.txt is not installed."""
     pytest.importorskip("vllm")
-    from kvlib.vllm_oracle import vllm_prefix_hits
+    from kvlib.engines.vllm_oracle import vllm_prefix_hits
 
     return vllm_prefix_hits(*args, **kwargs)
 

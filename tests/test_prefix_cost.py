@@ -1,4 +1,4 @@
-"""Tests for kvlib.prefix_cost and kvlib.prompts: relations to chapter 4's models, known answers."""
+"""Tests for kvlib.serve.prefix_cost and kvlib.engines.prompts: relations to chapter 4's models, known answers."""
 from __future__ import annotations
 
 import math
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import kvlib
-from kvlib import prefix_cost, prompts
-from kvlib.units import KIB, MIB
+from kvlib.serve import prefix_cost
+from kvlib.engines import prompts
+from kvlib.core.units import KIB, MIB
 
 
 def test_no_hit_is_the_plain_prefill():

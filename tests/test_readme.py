@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 
 from doc_commands import all_commands, make_recipe, sh
-from kvlib.cli import main as kvlib_main
+from kvlib.report.cli import main as kvlib_main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -98,13 +98,13 @@ def test_rerun_one_chapter_with_an_override(clone):
 
 
 def test_the_benchmark(clone):
-    """`make bench` is `python -m kvlib.bench`; run here at small sizes (its full-size numbers
+    """`make bench` is `python -m kvlib.report.bench`; run here at small sizes (its full-size numbers
     go in the closing note, not in a timed test: DEVELOPERS.md). Its kvlib-vs-vLLM replay is
     left out here (importing vLLM is most of its cost): tests/test_prefix.py checks the same
     replay hit for hit."""
-    assert make_recipe("bench")[1] == [".venv/bin/python -m kvlib.bench"]
+    assert make_recipe("bench")[1] == [".venv/bin/python -m kvlib.report.bench"]
     assert make_recipe("html")[1] == [".venv/bin/jupyter-book build -W -n --keep-going book"]
-    (line,) = [c for c in COMMANDS if c.startswith("python -m kvlib.bench")]
+    (line,) = [c for c in COMMANDS if c.startswith("python -m kvlib.report.bench")]
     small = f"{line} 2000 --chat-sessions 0 --trace-requests 2000"
     out = sh(clone, small.replace("python", f"{sys.executable}", 1), data=False).stdout
     assert re.search(r"2,000 requests: .* requests/s", out)

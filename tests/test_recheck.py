@@ -1,4 +1,4 @@
-"""kvlib.recheck: verdicts on hand-worked claims, and bad rows reported rather than raised."""
+"""kvlib.report.recheck: verdicts on hand-worked claims, and bad rows reported rather than raised."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import kvlib
-from kvlib import recheck
-from kvlib.recheck import COMPUTATIONS, ERROR, VERDICTS, judge, precision
-from kvlib.units import GIB
+from kvlib.report import recheck
+from kvlib.report.recheck import COMPUTATIONS, ERROR, VERDICTS, judge, precision
+from kvlib.core.units import GIB
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = "id,claim,source,section,quantity,claimed,unit,computation,inputs,notes"
@@ -176,7 +176,7 @@ def _row(**fields) -> dict[str, str]:
 
 def test_module_is_callable_and_keeps_its_names():
     assert kvlib.recheck("a01").verdict == "holds"
-    assert kvlib.recheck.recheck("a01") == kvlib.recheck("a01")
+    assert kvlib.report.recheck.recheck("a01") == kvlib.recheck("a01")
     assert callable(kvlib.recheck_all) and kvlib.VERDICTS == VERDICTS
 
 

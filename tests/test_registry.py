@@ -6,7 +6,7 @@ import json
 import pytest
 
 import kvlib
-from kvlib.units import KIB
+from kvlib.core.units import KIB
 
 REQUIRED = [
     "llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3.1-8b", "llama-3-70b", "llama-3.1-405b",

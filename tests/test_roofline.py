@@ -6,12 +6,13 @@ import math
 import pytest
 
 import kvlib
-from kvlib import roofline
-from kvlib.hardware import GPU, allreduce_latency, load_gpu
-from kvlib.roofline import (CALIBRATED, DATASHEET, Efficiency, allreduce_time_s, blocks,
+from kvlib import deployment
+from kvlib.speed import roofline
+from kvlib.hardware.gpus import GPU, allreduce_latency, load_gpu
+from kvlib.speed.roofline import (CALIBRATED, DATASHEET, Efficiency, allreduce_time_s, blocks,
                             critical_batch, decode_step, expected_experts, moe_padded_rows,
                             prefill_step, serving_steps, step)
-from kvlib.units import GIB
+from kvlib.core.units import GIB
 
 #: Round constants for hand-checked arithmetic: η_w 0.8, η_kv 0.5, η_F 0.5, 1 ms per vLLM step,
 #: 10 µs per attention block and 20 µs per dense FFN block.
@@ -62,9 +63,9 @@ def test_windows_cap_kv_reads():
 
 
 def test_every_engine_has_a_name_for_readers():
-    assert set(roofline.ENGINE_NAMES) == set(roofline.ENGINES)
-    from kvlib import paging
-    assert set(paging.engine_block_sizes()["engine"]) <= set(roofline.ENGINE_NAMES)
+    assert set(deployment.ENGINE_NAMES) == set(deployment.ENGINES)
+    from kvlib.engines import paging
+    assert set(paging.engine_block_sizes()["engine"]) <= set(deployment.ENGINE_NAMES)
 
 
 def test_fp8_kv_speedup_halves_only_the_kv_reads():

@@ -1,4 +1,4 @@
-"""Tests for kvlib.routing: known answers, the load bound, and one replica = one replay."""
+"""Tests for kvlib.serve.routing: known answers, the load bound, and one replica = one replay."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvlib import prompts
-from kvlib.prefix import block_requests, replay_prefix_cache
-from kvlib.routing import POLICIES, route_requests
+from kvlib.engines import prompts
+from kvlib.engines.prefix import block_requests, replay_prefix_cache
+from kvlib.serve.routing import POLICIES, route_requests
 
 # Two conversations of two turns, 8-token blocks. Turn 2 resends turn 1 (16 tokens = 2 blocks)
 # plus 8 new tokens; it may hit ⌊23 / 8⌋ = 2 blocks = 16 tokens on the replica that served turn 1.

@@ -1,12 +1,14 @@
-"""kvlib.serving: the one serving pipeline (model × GPU × TP × precisions × lengths × price)."""
+"""kvlib.serve.serving: the one serving pipeline (model × GPU × TP × precisions × lengths × price)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from kvlib import calibrate, serving
-from kvlib.serving import BatchTooLarge, DoesNotFit, serving_point
+import kvlib
+
+from kvlib.fit import calibrate
+from kvlib.serve.serving import BatchTooLarge, DoesNotFit, serving_point
 
 
 def test_a_fixed_degree_and_batch():
@@ -62,9 +64,10 @@ def test_degrees_the_hardware_or_the_heads_refuse_are_skipped():
     assert serving_point("llama-3.1-8b", "gh200", input_tokens=2048, output_tokens=512).n_gpus == 1
 
 
-def test_format_label():
-    assert serving.format_label("fp8") == "fp8"
-    assert serving.format_label({"experts": "mxfp4"}) == "experts mxfp4, rest bf16"
+def test_weight_format_label():
+    # one labeller for every weight format (kvlib.WeightFormat.label)
+    assert kvlib.WeightFormat("fp8").label == "fp8"
+    assert kvlib.weight_format({"experts": "mxfp4"}).label == "mxfp4 experts, rest bf16"
     assert math.isfinite(serving_point("gpt-oss-120b", "h200", input_tokens=1024,
                                        output_tokens=1024,
                                        weight_dtype={"experts": "mxfp4"}).tokens_per_s)

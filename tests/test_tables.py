@@ -1,4 +1,4 @@
-"""kvlib.tables: the one table builder (sortable, filterable, for people) and its numbers."""
+"""kvlib.report.tables: the one table builder (sortable, filterable, for people) and its numbers."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import re
 import pandas as pd
 import pytest
 
-from kvlib import tables
+from kvlib.report import tables
 
 
 @pytest.fixture()

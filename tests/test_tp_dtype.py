@@ -2,8 +2,8 @@
 
 TP rules follow vLLM: KV heads split, or replicated once tp exceeds them (QKVParallelLinear);
 MLA latent replicated; query heads, Mamba-2 heads and Gated DeltaNet heads must divide tp;
-Mamba-2 groups divide tp or are a single replicated group. Formats: see kvlib.quant; a plain dtype
-is one format among them, and every layer kind prices every format (kvlib.layers).
+Mamba-2 groups divide tp or are a single replicated group. Formats: see kvlib.model.formats; a plain dtype
+is one format among them, and every layer kind prices every format (kvlib.model.layers).
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvlib
-from kvlib import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer, Model, quant
-from kvlib.units import KIB
+from kvlib import AttentionLayer, GatedDeltaNetLayer, Mamba2Layer, MLALayer, Model
+from kvlib.model import formats
+from kvlib.core.units import KIB
 
 # --- tensor parallelism: attention ----------------------------------------------------------
 
@@ -140,15 +141,15 @@ def test_scale_split_and_overhead():
     int8 = "int8 (LMDeploy, per token-head)"
     assert m.kv_scale_bytes_per_token(int8) == 2_048
     assert m.kv_bytes_per_token(int8) - m.kv_scale_bytes_per_token(int8) == 65_536
-    assert quant.scale_overhead(m, "int8 (LMDeploy, per token-head)") == pytest.approx(4 / 132)
+    assert m.kv_scale_share("int8 (LMDeploy, per token-head)") == pytest.approx(4 / 132)
     # NVFP4: 0.5 scale bits per 4 data bits → 1/9 of the bytes
-    assert quant.scale_overhead(m, "nvfp4 (block of 16, fp8 scale)") == pytest.approx(1 / 9)
-    assert quant.scale_overhead(m, "fp8 (vLLM, per-tensor scale)") == 0
+    assert m.kv_scale_share("nvfp4 (block of 16, fp8 scale)") == pytest.approx(1 / 9)
+    assert m.kv_scale_share("fp8 (vLLM, per-tensor scale)") == 0
 
 
 def test_flashmla_fp8_layout():
     # FlashMLA README: 512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 512 + 16 + 128 = 656 bytes
-    fmt = quant.FORMATS["fp8 FlashMLA (DeepSeek-V3.2)"]
+    fmt = formats.FORMATS["fp8 FlashMLA (DeepSeek-V3.2)"]
     mla = kvlib.model_from_layers("mla", [MLALayer(512, 64)])
     assert mla.kv_bytes_per_token(fmt) == 656
     # scales: 4 fp32 scales of the 512 latent values = 16 bytes; the bf16 RoPE part has none
@@ -181,7 +182,7 @@ def test_formats_with_tp_and_windows():
 def test_deepseek_v2_six_bits():
     # DeepSeek-V2 at 6 bits: 60 × 576 × 6 / 8 = 25,920; DeepSeek 67B bf16: 95 × 2048 × 2 = 389,120
     v2, ds67 = kvlib.load_model("deepseek-v2"), kvlib.load_model("deepseek-67b")
-    assert v2.kv_bytes_per_token(quant.KVFormat("6 bits on average", bits=6)) == 25_920
+    assert v2.kv_bytes_per_token(formats.KVFormat("6 bits on average", bits=6)) == 25_920
     assert v2.kv_elements_per_token() == 60 * 576
     assert ds67.kv_bytes_per_token("bf16") == 389_120
     assert 1 - 25_920 / 389_120 == pytest.approx(0.9334, abs=5e-5)  # the paper's "93.3 %"
@@ -194,9 +195,9 @@ def test_bad_formats():
     with pytest.raises(ValueError, match="no KV format has that name"):
         m.kv_bytes(10, ["bf16"])
     with pytest.raises(ValueError, match="whole bytes"):
-        quant.KVFormat("odd", bits=4, vector_scale_bits=3)
+        formats.KVFormat("odd", bits=4, vector_scale_bits=3)
     with pytest.raises(ValueError, match="bits must be positive"):
-        quant.KVFormat("none", bits=0)
+        formats.KVFormat("none", bits=0)
 
 
 @pytest.mark.parametrize("slug", kvlib.model_slugs())
@@ -207,7 +208,7 @@ def test_plain_dtype_is_the_unscaled_format(slug):
     fixed = [layer for layer in m.layers if layer.cache_kind == "indexer"]
     fixed_bytes = sum(layer.bytes_per_token() for layer in fixed)
     for dtype in ("bf16", "fp8", "int4"):
-        fmt = quant.plain(dtype)
+        fmt = formats.plain(dtype)
         assert m.kv_bytes_per_token(fmt) == m.kv_bytes_per_token(dtype)
         elements = m.kv_elements_per_token() - sum(layer.elements_per_token() for layer in fixed)
         assert m.kv_bytes_per_token(dtype) - fixed_bytes == elements * fmt.bits // 8
@@ -220,7 +221,7 @@ def test_plain_dtype_is_the_unscaled_format(slug):
 @given(st.integers(1, 64), st.sampled_from([64, 96, 128, 256]), st.integers(1, 4))
 def test_scales_never_shrink_a_format(kv_heads, head_dim, layers):
     m = kvlib.model_from_layers("p", [AttentionLayer(kv_heads, head_dim)] * layers)
-    for fmt in quant.FORMATS.values():
+    for fmt in formats.FORMATS.values():
         if fmt.mla_only:
             continue
         data = m.kv_bytes_per_token(fmt) - m.kv_scale_bytes_per_token(fmt)

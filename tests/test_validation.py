@@ -1,10 +1,10 @@
-"""kvlib.validation: the book's own memory error against engine start-up logs."""
+"""kvlib.fit.validation: the book's own memory error against engine start-up logs."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from kvlib import validation
+from kvlib.fit import validation
 
 
 @pytest.fixture(scope="module")

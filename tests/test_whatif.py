@@ -6,8 +6,8 @@ import math
 import pytest
 
 import kvlib
-from kvlib import whatif
-from kvlib.units import GIB, KIB, MIB
+from kvlib.model import whatif
+from kvlib.core.units import GIB, KIB, MIB
 
 
 def test_as_mha_gives_every_query_head_its_own_kv_head():

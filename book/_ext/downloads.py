@@ -1,7 +1,7 @@
 """Sphinx extension: publish the CSV files the chapters offer for download.
 
-A chapter's ``kvlib.calculator.downloads`` output links to ``_static/downloads/<name>`` and
-carries each file (gzip + base64) in its metadata under ``kvlib.calculator.DOWNLOADS_KEY``;
+A chapter's ``kvlib.report.calculator.downloads`` output links to ``_static/downloads/<name>`` and
+carries each file (gzip + base64) in its metadata under ``kvlib.report.calculator.DOWNLOADS_KEY``;
 this extension writes them there after the HTML is built, so every link works offline. Two
 chapters offering the same file name is an error.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sphinx.errors import ExtensionError
 
-from kvlib.calculator import DOWNLOADS_KEY, unpack
+from kvlib.report.calculator import DOWNLOADS_KEY, unpack
 
 
 def offered_files(notebooks: list[Path]) -> dict[str, tuple[str, str]]:

@@ -1,0 +1,356 @@
+"""Where the book's data lives, what every CSV in it must hold, and one slug resolver.
+
+``data_dir()`` is ``$KVLIB_DATA`` when set, else the ``data/`` folder beside the package. A
+relative ``$KVLIB_DATA`` is read against the directory the command was started from (``$PWD``,
+which papermill's kernels inherit although they run inside ``chapters/``), so
+``KVLIB_DATA=my-data`` means the same folder to the ``kvlib`` command and to the chapters.
+
+``csv_path(name)`` checks every row of ``data/<name>`` against its schema below — types, ranges,
+dates, a source per row — and returns the path; a failure is a ValueError naming the file, the
+row (its line in the file) and the column. Columns a schema does not name are allowed (and not
+checked), so new columns can be added at the end of a file.
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+_PACKAGE_DATA = Path(__file__).resolve().parents[2] / "data"
+#: A registry or table key: letters, digits, dots, dashes and underscores, not a path.
+SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_DATE = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?")
+
+
+def data_dir() -> Path:
+    """The data folder: ``$KVLIB_DATA`` if set (relative to ``$PWD``), else ``data/``."""
+    value = os.environ.get("KVLIB_DATA")
+    if not value:
+        return _PACKAGE_DATA
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    start = os.environ.get("PWD")
+    base = Path(start) if start and os.path.isabs(start) and os.path.isdir(start) else Path.cwd()
+    return base / path
+
+
+def resolve_slug(kind: str, slug: object, known: Iterable[str], where: str) -> str:
+    """``slug`` if it is one of ``known``; else KeyError naming close matches and ``where``.
+
+    A value that is not a plain name (a path such as ``../x``, an empty or overlong string, a
+    non-string) is a ValueError: slugs name files and rows, never paths.
+    """
+    if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+        shown = slug if not isinstance(slug, str) or len(slug) <= 60 else slug[:57] + "..."
+        raise ValueError(f"{kind} must be a plain name of letters, digits, '.', '-' or '_' "
+                         f"(at most 100 characters), got {shown!r}")
+    names = list(known)
+    if slug not in names:
+        close = difflib.get_close_matches(slug, names, n=5, cutoff=0.5)
+        hint = f"; close matches: {', '.join(close)}" if close else ""
+        raise KeyError(f"unknown {kind} {slug!r}{hint} (see {where})")
+    return slug
+
+
+# --- cell checks: each takes the cell text and returns an error, or None ------------------
+
+Check = Callable[[str], "str | None"]
+
+
+def _text(value: str) -> str | None:
+    return None if value.strip() else "is empty"
+
+
+def _slug(value: str) -> str | None:
+    return None if SLUG.fullmatch(value) else f"{value!r} is not a plain name"
+
+
+def _url(value: str) -> str | None:
+    return None if re.match(r"https?://\S+", value.strip()) else f"{value!r} is not an http(s) URL"
+
+
+def _date(value: str) -> str | None:
+    m = _DATE.fullmatch(value.strip())
+    if not m:
+        return f"{value!r} is not a date (YYYY, YYYY-MM or YYYY-MM-DD)"
+    year, month, day = (int(g) if g else None for g in m.groups())
+    if not 1990 <= year <= 2100 or (month and not 1 <= month <= 12) or (day and not 1 <= day <= 31):
+        return f"{value!r} is not a real date"
+    return None
+
+
+def _json(value: str) -> str | None:
+    try:
+        json.loads(value)
+    except json.JSONDecodeError as exc:
+        return f"is not valid JSON ({exc.msg})"
+    return None
+
+
+def integer(minimum: int | None = 0) -> Check:
+    """A whole number (digits, optional sign) >= ``minimum``."""
+    def check(value: str) -> str | None:
+        if not re.fullmatch(r"[+-]?\d+", value.strip()):
+            return f"{value!r} is not an integer"
+        if minimum is not None and int(value) < minimum:
+            return f"{value} is below {minimum}"
+        return None
+    return check
+
+
+def number(minimum: float | None = None, maximum: float | None = None,
+           positive: bool = False) -> Check:
+    """A finite decimal number within the bounds (``positive``: strictly above 0)."""
+    def check(value: str) -> str | None:
+        try:
+            x = float(value)
+        except ValueError:
+            return f"{value!r} is not a number"
+        if not math.isfinite(x):
+            return f"{value!r} is not finite"
+        if positive and x <= 0:
+            return f"{value} is not positive"
+        if minimum is not None and x < minimum:
+            return f"{value} is below {minimum:g}"
+        if maximum is not None and x > maximum:
+            return f"{value} is above {maximum:g}"
+        return None
+    return check
+
+
+def choice(*options: str) -> Check:
+    """One of ``options``."""
+    def check(value: str) -> str | None:
+        return None if value in options else f"{value!r} is not one of {', '.join(options)}"
+    return check
+
+
+def _runs(value: str) -> str | None:
+    """Block-id runs of a trace row: space-separated ``a`` or ``a-b`` (a <= b)."""
+    for run in value.split():
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", run)
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            return f"{run!r} is not a block id or a run a-b"
+    return None
+
+
+TEXT, SLUG_CELL, URL, DATE, JSON = _text, _slug, _url, _date, _json
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What every row of one CSV must hold.
+
+    required: column → check (a blank cell is an error); optional: column → check applied
+    when the cell is not blank; unique: columns whose values may not repeat; source: the row
+    must name its source in at least one of these columns (an http(s) URL, or for a
+    free-text column any text); paired: (value column, source column) — a filled value needs
+    its source.
+    """
+
+    required: Mapping[str, Check] = field(default_factory=dict)
+    optional: Mapping[str, Check] = field(default_factory=dict)
+    unique: tuple[str, ...] = ()
+    source: tuple[str, ...] = ()
+    paired: tuple[tuple[str, str], ...] = ()
+
+    def problems(self, header: list[str], rows: list[tuple[int, dict[str, str]]]) -> Iterable[str]:
+        """Every problem of ``rows`` ((line in the file, row) pairs), as text."""
+        missing = [c for c in self.required if c not in header]
+        if missing:
+            yield f"header lacks column(s) {', '.join(missing)}"
+            return
+        seen: dict[str, dict[str, int]] = {c: {} for c in self.unique}
+        for line, row in rows:
+            if None in row:  # more cells than the header has columns
+                yield f"line {line}: {len(header) + len(row[None])} cells for {len(header)} columns"
+                continue
+            for col, check in self.required.items():
+                value = row.get(col) or ""
+                err = "is empty" if not value.strip() else check(value)
+                if err:
+                    yield f"line {line}, column {col}: {err}"
+            for col, check in self.optional.items():
+                value = row.get(col) or ""
+                if value.strip() and (err := check(value)):
+                    yield f"line {line}, column {col}: {err}"
+            for col in self.unique:
+                value = row.get(col) or ""
+                if value in seen[col]:
+                    yield f"line {line}, column {col}: {value!r} repeats line {seen[col][value]}"
+                seen[col].setdefault(value, line)
+            if self.source and not any((row.get(c) or "").strip() for c in self.source):
+                yield f"line {line}: no source (fill {' or '.join(self.source)})"
+            for value_col, source_col in self.paired:
+                if (row.get(value_col) or "").strip() and not (row.get(source_col) or "").strip():
+                    yield f"line {line}: {value_col} is filled but {source_col} is empty"
+
+
+_COUNT, _POSITIVE_COUNT, _POSITIVE = integer(0), integer(1), number(positive=True)
+_NON_NEGATIVE, _RUNS = number(minimum=0), _runs
+_CLAIMS = Schema(
+    required={"id": SLUG_CELL, "claim": TEXT, "source": TEXT, "quantity": TEXT,
+              "claimed": number(), "unit": TEXT, "computation": TEXT},
+    optional={"inputs": JSON, "alt_inputs": JSON, "tolerance": _NON_NEGATIVE,
+              "source_url": URL, "per_gpu_factor": _POSITIVE},
+    unique=("id",), source=("source",))
+
+#: Every CSV under data/ (paths relative to it; ``claims/*.csv`` covers each claims file).
+SCHEMAS: dict[str, Schema] = {
+    "gpus.csv": Schema(
+        required={"slug": SLUG_CELL, "name": TEXT, "vendor": TEXT,
+                  "memory_bytes_stated": _POSITIVE_COUNT, "memory_stated_as": TEXT,
+                  "source_url": URL, "accessed": DATE},
+        optional={"memory_bytes_runtime": _POSITIVE_COUNT, "memory_runtime_source": TEXT,
+                  "memory_bytes_nvml": _POSITIVE_COUNT, "memory_nvml_source": TEXT,
+                  "hbm_bytes_per_s": _POSITIVE, "bf16_dense_flops": _POSITIVE,
+                  "fp8_dense_flops": _POSITIVE, "int8_dense_ops": _POSITIVE, "tdp_w": _POSITIVE},
+        unique=("slug",), source=("source_url",),
+        paired=(("memory_bytes_runtime", "memory_runtime_source"),
+                ("memory_bytes_nvml", "memory_nvml_source"))),
+    "prices.csv": Schema(
+        required={"gpu": SLUG_CELL, "provider": TEXT, "offering": TEXT, "pricing": TEXT,
+                  "dollars_per_gpu_hour": _POSITIVE},
+        optional={"date": DATE},
+        source=("source_url", "notes")),
+    "engine_logs.csv": Schema(
+        required={"id": SLUG_CELL, "engine": TEXT, "source_url": URL, "log_excerpt": TEXT,
+                  "calibration": choice("fit", "validate", "weights", "history", "no")},
+        optional={"n_gpus": _POSITIVE_COUNT, "tp": _POSITIVE_COUNT,
+                  "gpu_memory_utilization": number(maximum=1, positive=True),
+                  "max_model_len": _POSITIVE_COUNT, "max_num_batched_tokens": _POSITIVE_COUNT,
+                  "model_weights_gib": _NON_NEGATIVE, "available_kv_gib": number(),
+                  "kv_cache_tokens": _COUNT, "max_concurrency": _NON_NEGATIVE,
+                  "max_concurrency_context": _POSITIVE_COUNT, "model_slug": SLUG_CELL,
+                  "gpu_slug": SLUG_CELL, "max_num_seqs": _POSITIVE_COUNT,
+                  "total_gpu_memory_gib": _POSITIVE, "non_torch_gib": _NON_NEGATIVE,
+                  "activation_peak_gib": _NON_NEGATIVE},
+        unique=("id",), source=("source_url",)),
+    "throughput.csv": Schema(
+        required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
+                  "gpu": TEXT, "n_gpus": _POSITIVE_COUNT, "metric": TEXT, "value": _POSITIVE,
+                  "unit": TEXT},
+        optional={"tp": _POSITIVE_COUNT, "batch": _POSITIVE_COUNT,
+                  "concurrency": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
+                  "output_tokens": _POSITIVE_COUNT},
+        unique=("id",), source=("source_url",)),
+    "workloads.csv": Schema(
+        required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
+                  "source_url": URL},
+        source=("source_url",)),
+    "engine_block_sizes.csv": Schema(
+        required={"engine": TEXT, "version": TEXT, "parameter": TEXT,
+                  "default_tokens": _POSITIVE_COUNT, "source_url": URL, "accessed": DATE},
+        source=("source_url",)),
+    "roofline_calibration.csv": Schema(
+        required={"throughput_id": SLUG_CELL, "model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL,
+                  "weight_dtype": TEXT, "kv_dtype": TEXT,
+                  "mode": choice("static", "itl", "itl_unknown_batch"),
+                  "role": choice("fit", "validate", "none"), "note": TEXT},
+        unique=("throughput_id",), source=("note",)),
+    "validation/engine_logs.csv": Schema(
+        required={"id": SLUG_CELL, "engine": TEXT, "model_slug": SLUG_CELL,
+                  "gpu_slug": SLUG_CELL, "tp": _POSITIVE_COUNT, "block_size": _POSITIVE_COUNT,
+                  "kv_cache_tokens": _POSITIVE_COUNT, "source_url": URL, "accessed": DATE,
+                  "log_excerpt": TEXT},
+        optional={"available_kv_gib": _POSITIVE},
+        unique=("id",), source=("source_url",)),
+    "validation/throughput.csv": Schema(
+        required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "accessed": DATE,
+                  "model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL, "n_gpus": _POSITIVE_COUNT,
+                  "tp": _POSITIVE_COUNT, "weight_dtype": TEXT, "kv_dtype": TEXT,
+                  "batch": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
+                  "output_tokens": _POSITIVE_COUNT, "metric": TEXT, "value": _POSITIVE,
+                  "unit": TEXT, "mode": TEXT},
+        unique=("id",), source=("source_url",)),
+    "validation/throughput_mapping.csv": Schema(
+        required={"throughput_id": SLUG_CELL, "model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL,
+                  "weight_dtype": TEXT, "kv_dtype": TEXT, "mode": TEXT,
+                  "batch": _POSITIVE_COUNT, "note": TEXT},
+        unique=("throughput_id",), source=("note",)),
+    "allreduce.csv": Schema(
+        required={"id": SLUG_CELL, "library": TEXT, "engine": TEXT, "gpu": TEXT,
+                  "n_gpus": _POSITIVE_COUNT, "message_bytes": _POSITIVE_COUNT,
+                  "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE},
+        optional={"gpu_slug": SLUG_CELL},
+        unique=("id",), source=("source_url",)),
+    # written by kvlib.calibrate.write_error_bands from throughput.csv (its sources per row)
+    "speed_error_bands.csv": Schema(
+        required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,
+                  "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
+        optional={"batch_range": TEXT}),
+    "cached_input_prices.csv": Schema(
+        required={"provider": TEXT, "model": TEXT, "date": DATE,
+                  "input_dollars_per_million": _POSITIVE,
+                  "cached_input_dollars_per_million": _NON_NEGATIVE, "source_url": URL},
+        optional={"cache_write_dollars_per_million": _POSITIVE},
+        source=("source_url",)),
+    "weight_checkpoints.csv": Schema(
+        required={"model": SLUG_CELL, "weight_format": TEXT, "repository": TEXT,
+                  "publisher": TEXT, "source_url": URL, "accessed": DATE},
+        unique=("repository",), source=("source_url",)),
+    "offload_links.csv": Schema(
+        required={"link": TEXT, "tier": TEXT, "bytes_per_s": _POSITIVE, "source_url": URL},
+        unique=("link",), source=("source_url",)),
+    # a published trace: its source (URL, commit, licence) is data/traces/README.md
+    "traces/*.csv": Schema(
+        required={"timestamp_ms": _COUNT, "input_tokens": _POSITIVE_COUNT,
+                  "output_tokens": _POSITIVE_COUNT},
+        optional={"hash_id_runs": _RUNS}),
+    # written by tests/test_crosscheck.py from transformers' cache objects (versions per row)
+    "validation/crosscheck.csv": Schema(
+        required={"slug": SLUG_CELL, "layers": _POSITIVE_COUNT, "n_tokens": _POSITIVE_COUNT,
+                  "transformers_bytes": _COUNT, "kvlib_bytes": _COUNT, "expected_bytes": _COUNT,
+                  "ratio": _NON_NEGATIVE, "explained": choice("True", "False"),
+                  "torch": TEXT, "transformers": TEXT}),
+    "claims/*.csv": _CLAIMS,
+}
+
+
+def schema_for(name: str) -> Schema:
+    """The schema of ``data/<name>`` (KeyError for a CSV no schema covers)."""
+    if name in SCHEMAS:
+        return SCHEMAS[name]
+    folder = name.rsplit("/", 1)[0] + "/*.csv" if "/" in name else None
+    if folder in SCHEMAS:
+        return SCHEMAS[folder]
+    raise KeyError(f"no schema for data/{name}: add one to kvlib.data.SCHEMAS")
+
+
+@lru_cache(maxsize=None)
+def _checked(path: Path, name: str, mtime_ns: int, size: int) -> None:
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            rows = [(reader.line_num, row) for row in reader]
+            header = list(reader.fieldnames or [])
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a readable CSV: {exc}") from None
+    problems = list(schema_for(name).problems(header, rows))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"{path}: {problems[0]}{more}")
+
+
+def csv_path(name: str) -> Path:
+    """``data_dir() / name`` after checking every row against its schema (see module doc).
+
+    Raises ValueError naming the file, the line and the column of the first bad cell (and how
+    many more there are); a missing or unreadable file is a ValueError too.
+    """
+    path = data_dir() / name
+    try:
+        stat = path.stat()
+    except OSError:
+        raise ValueError(f"{path} is missing (KVLIB_DATA={os.environ.get('KVLIB_DATA', '')!r})"
+                         ) from None
+    _checked(path, name, stat.st_mtime_ns, stat.st_size)
+    return path

@@ -1,0 +1,181 @@
+"""What an engine is started with: one frozen ``Deployment`` that every pipeline function takes.
+
+``vllm serve MODEL --tensor-parallel-size 2 --kv-cache-dtype fp8 --gpu-memory-utilization 0.9``
+is ``Deployment("llama-3.1-70b", "h100-sxm", tp=2, weights="fp8", kv="fp8")``. A field left
+``None`` means "the engine's default"; ``resolved()`` fills every such field in this one place,
+and the pool, the step times, the serving point, the prefix cost, the landing grid and the CLI
+read the resolved values.
+
+Above ``model`` and ``hardware``, below ``engines``: it imports only those two layers.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .core.checks import number, positive_integer
+from .core.units import GIB
+from .hardware.gpus import GPU, resolve_gpu
+from .model.formats import KVFormat, WeightFormat, kv_format, weight_format
+from .model.model import Model
+from .model.registry import resolve_model
+
+#: The engines kvlib names (``engine``).
+ENGINES = ("vllm", "sglang", "tensorrt-llm")
+#: The engine's name as a reader knows it.
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+#: The vLLM release the book pins (``requirements-vllm.txt``) and tests its oracles against.
+VLLM_VERSION = "0.33.0"
+
+#: The ``gpu_memory_utilization`` the book's figures use when none is given: vLLM's default
+#: until vLLM PR #38284 (2026) raised it to ``VLLM_DEFAULT_UTILIZATION``.
+BOOK_UTILIZATION = 0.9
+VLLM_DEFAULT_UTILIZATION = 0.92
+#: vLLM's default tokens per KV block (``CacheConfig.block_size``) for attention layers.
+DEFAULT_BLOCK_SIZE = 16
+#: The profiled forward pass (and the prefill chunk) the book's figures use when none is given:
+#: vLLM's OpenAI-server default on the large GPUs (``default_max_num_batched_tokens``).
+BOOK_MAX_NUM_BATCHED_TOKENS = 8192
+
+
+def default_max_num_seqs(gpu: GPU) -> int:
+    """vLLM's default ``max_num_seqs`` for the OpenAI server: 1024 on GPUs with ≥ 70 GiB that
+    are not A100s (H100/H200/B200/MI300X), 256 elsewhere (``EngineArgs`` usage defaults)."""
+    big = gpu.usable_memory_bytes >= 70 * GIB and not gpu.slug.startswith("a100")
+    return 1024 if big else 256
+
+
+def default_max_num_batched_tokens(gpu: GPU) -> int:
+    """vLLM's default ``max_num_batched_tokens`` for the OpenAI server: 8192 on the large GPUs
+    of ``default_max_num_seqs``, 2048 elsewhere."""
+    return 8192 if default_max_num_seqs(gpu) == 1024 else 2048
+
+
+def _degree(name: str, value: Any) -> int:
+    return positive_integer(name, value)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One engine started on one group of GPUs (public API; field names are kept).
+
+    Every number kvlib derives from it is per GPU unless its name says otherwise.
+    """
+
+    #: The model: a registry slug (``data/models/<slug>.json``) or a ``Model``.
+    model: Model | str
+    #: The GPU kind: a slug of ``data/gpus.csv`` or a ``GPU``.
+    gpu: GPU | str
+    #: Tensor-parallel degree: GPUs each layer is split across (``--tensor-parallel-size``).
+    tp: int = 1
+    #: Pipeline-parallel stages (``--pipeline-parallel-size``); only 1 is modelled yet.
+    pp: int = 1
+    #: Data-parallel replicas (``--data-parallel-size``); only 1 is modelled yet.
+    dp: int = 1
+    #: Expert-parallel degree for MoE layers; only 1 (experts split like other layers) yet.
+    ep: int = 1
+    #: The weight format: a ``WeightFormat``, a format name ("fp8") or component → format.
+    weights: WeightFormat | str | Mapping[str, str] = "bf16"
+    #: The KV-cache format: a ``KVFormat`` or its name ("bf16", "fp8", …; ``--kv-cache-dtype``).
+    kv: KVFormat | str = "bf16"
+    #: The serving engine, one of ``ENGINES``.
+    engine: str = "vllm"
+    #: The engine release where behaviour depends on it; None: the one the book pins.
+    engine_version: str | None = None
+    #: Share of GPU memory the engine may use, (0, 1]; None: ``BOOK_UTILIZATION``.
+    gpu_memory_utilization: float | None = None
+    #: The context the engine is started with (tokens); None: the request's own length.
+    max_model_len: int | None = None
+    #: Most requests decoded together (``--max-num-seqs``); None: vLLM's default for the GPU.
+    max_num_seqs: int | None = None
+    #: Token budget of one step (``--max-num-batched-tokens``); None: 8,192.
+    max_num_batched_tokens: int | None = None
+    #: Tokens per KV block (``--block-size``); None: 16.
+    block_size: int | None = None
+    #: The speed model's constants (a ``kvlib.speed.roofline.Efficiency``); None: calibrated.
+    efficiency: Any = None
+    #: Start past the model's own maximum context (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
+    allow_long_max_model_len: bool = False
+    #: The registry slug or the model's name (set from ``model``).
+    slug: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        given = self.model
+        object.__setattr__(self, "model", resolve_model(given))
+        object.__setattr__(self, "slug", given if isinstance(given, str) else self.model.name)
+        object.__setattr__(self, "gpu", resolve_gpu(self.gpu))
+        for name in ("tp", "pp", "dp", "ep"):
+            _degree(name, getattr(self, name))
+        for name in ("pp", "dp", "ep"):
+            if getattr(self, name) != 1:
+                raise ValueError(f"{name}={getattr(self, name)}: kvlib models one "
+                                 "tensor-parallel group only (pp = dp = ep = 1)")
+        object.__setattr__(self, "weights", weight_format(self.weights))
+        object.__setattr__(self, "kv", kv_format(self.kv))
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
+        if self.gpu_memory_utilization is not None and not (
+                0 < number("gpu_memory_utilization", self.gpu_memory_utilization) <= 1):
+            raise ValueError("gpu_memory_utilization must be in (0, 1], "
+                             f"got {self.gpu_memory_utilization!r}")
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, positive_integer(name, value))
+        if not isinstance(self.allow_long_max_model_len, bool):
+            raise TypeError("allow_long_max_model_len must be True or False")
+
+    @property
+    def n_gpus(self) -> int:
+        """GPUs one replica occupies: tp × pp."""
+        return self.tp * self.pp
+
+    @property
+    def kv_name(self) -> str:
+        """The KV format's name ("bf16", "fp8", …)."""
+        return self.kv.name
+
+    def resolved(self) -> Deployment:
+        """The same deployment with every engine default filled in (``None`` → a value), except
+        ``max_model_len``, whose default is the request's own length."""
+        g = self.gpu
+        return self.with_(
+            engine_version=self.engine_version or VLLM_VERSION,
+            gpu_memory_utilization=(BOOK_UTILIZATION if self.gpu_memory_utilization is None
+                                    else float(self.gpu_memory_utilization)),
+            max_num_seqs=(default_max_num_seqs(g) if self.max_num_seqs is None
+                          else self.max_num_seqs),
+            max_num_batched_tokens=self.max_num_batched_tokens or BOOK_MAX_NUM_BATCHED_TOKENS,
+            block_size=self.block_size or DEFAULT_BLOCK_SIZE)
+
+    def with_(self, **changes: Any) -> Deployment:
+        """A copy with ``changes`` (field names), the model kept as it was given."""
+        return replace(self, model=self.slug if self.slug != self.model.name else self.model,
+                       **changes)
+
+
+#: The keyword names of the functions that predate ``Deployment`` → its field names.
+KEYWORD_FIELDS = {"n_gpus": "tp", "weight_dtype": "weights", "kv_dtype": "kv"}
+_FIELDS = {f.name for f in fields(Deployment) if f.init}
+
+
+def deployment(model: Deployment | Model | str, gpu: GPU | str | None = None,
+               **keywords: Any) -> Deployment:
+    """The ``Deployment`` a function was given: ``model`` itself when it is one (then nothing
+    else may be), else one built from ``model``, ``gpu`` and the keywords — field names, or the
+    older ``n_gpus`` / ``weight_dtype`` / ``kv_dtype``. None keywords are left at their default.
+    TypeError naming a keyword that is no field."""
+    if keywords.get("n_gpus") is not None:
+        positive_integer("n_gpus", keywords["n_gpus"])  # named as the caller named it
+    given = {KEYWORD_FIELDS.get(k, k): v for k, v in keywords.items() if v is not None}
+    unknown = sorted(set(given) - _FIELDS)
+    if unknown:
+        raise TypeError(f"unknown deployment keyword(s): {', '.join(unknown)}")
+    if isinstance(model, Deployment):
+        if gpu is not None:
+            raise TypeError("pass a Deployment alone, or a model and a GPU")
+        return model.with_(**given) if given else model
+    if gpu is None:
+        raise TypeError("a deployment needs a GPU: deployment(model, gpu, ...)")
+    return Deployment(model, gpu, **given)

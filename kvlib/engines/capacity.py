@@ -1,0 +1,411 @@
+"""What a serving engine gives you: the KV pool, the way vLLM sizes it.
+
+vLLM (v1, ``gpu_worker.determine_available_memory`` and ``kv_cache_utils.get_kv_cache_configs``)
+does, on every GPU of a tensor-parallel group:
+
+1. budget = total memory the CUDA runtime reports × ``gpu_memory_utilization``;
+2. available KV memory = budget − weights on this GPU − the torch activation peak of a dummy
+   forward pass of ``max_num_batched_tokens`` tokens (and a dummy sampling step over
+   ``max_num_seqs`` rows of logits) − memory allocated outside torch (NCCL, custom all-reduce
+   buffers, cuBLAS workspaces);  logged as "Available KV cache memory";
+3. layers are grouped by cache kind (full, sliding window, MLA, Mamba/linear-attention state);
+   every group uses pages of the same byte size, ``block_size`` tokens per page for attention
+   (for hybrids with recurrent state the attention block grows until one page holds a layer's
+   state); blocks = available ÷ (page bytes × layers per group), rounded down;
+4. "GPU KV cache size" = blocks ÷ groups × block size tokens; "Maximum concurrency" = blocks ÷
+   the blocks one request of ``max_model_len`` tokens needs in every group.
+
+Steps 1, 3 and 4 are exact arithmetic. Step 2's activation peak and non-torch memory are
+measured by the engine at start-up; kvlib models them with the ``Overheads`` terms below,
+calibrated on the public start-up logs in ``data/engine_logs.csv`` (see ``calibration``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+import pandas as pd
+
+from ..core.checks import integer, positive_integer
+from ..deployment import DEFAULT_BLOCK_SIZE, Deployment
+from ..deployment import deployment as as_deployment
+from ..hardware.gpus import GPU
+from ..model.hf_config import Architecture
+from ..model.model import Model
+from ..model.params import ParamCounts
+from ..model.weights import loaded_weights, params_for
+from ..model.formats import KVFormat, kv_format
+from ..core.units import GIB
+
+#: Tokens per block is rounded to this multiple when a hybrid's attention block is enlarged to
+#: hold one recurrent-state page (vLLM: "Setting attention block size to N tokens").
+HYBRID_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """The start-up terms vLLM measures, as kvlib models them (bytes, per GPU).
+
+    forward_factor: the dummy forward pass's torch peak is ``forward_factor ×
+    max_num_batched_tokens × w × 2`` bytes, w = hidden + the widest per-token intermediate on
+    one GPU (2·I/tp for a gated MLP, top-k·2·I_moe/tp (+ shared) for MoE, the q/k/v width for
+    attention) — bf16 activations;
+    sampler_copies: the dummy sampling step's peak is ``sampler_copies × min(max_num_seqs,
+    max_num_batched_tokens) × vocab × 4`` bytes (fp32 logits, softmax, log-softmax, sort
+    values and int64 indices); the activation peak is the larger of the two;
+    non_torch_bytes: memory outside torch on one GPU (CUDA/cuBLAS workspaces);
+    non_torch_tp_bytes: added when tensor parallelism is on (NCCL and custom all-reduce
+    buffers); cuda_graph_bytes: CUDA-graph memory subtracted before sizing (0 in vLLM unless
+    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is set: graphs are captured after the pool,
+    in the 1 − utilization headroom).
+    """
+
+    name: str
+    forward_factor: float
+    sampler_copies: float
+    non_torch_bytes: int
+    non_torch_tp_bytes: int
+    cuda_graph_bytes: int = 0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("forward_factor", "sampler_copies", "non_torch_bytes", "non_torch_tp_bytes",
+                    "cuda_graph_bytes"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"Overheads.{key} must be >= 0, got {value!r}")
+
+
+#: Calibrated on ``data/engine_logs.csv`` (rows with ``calibration`` = yes) by
+#: ``fit_overheads``: forward_factor from the two RTX-3090 Llama-3.1-8B logs (vllm#10517, the
+#: activation peak grows 0.92 GiB for 9,000 more batched tokens); the other three terms by least
+#: squares on every calibration log's "Available KV cache memory". tests/test_capacity.py
+#: refits them and checks these values.
+VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=8.55,
+                 non_torch_bytes=round(0.75 * GIB), non_torch_tp_bytes=round(2.71 * GIB),
+                 source="data/engine_logs.csv calibration rows; kvlib.fit.validation.fit_overheads")
+#: No overheads at all: the budget minus the weights (the source article's arithmetic).
+NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, sampler_copies=0.0,
+                         non_torch_bytes=0, non_torch_tp_bytes=0)
+
+
+# --- cache groups ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """Layers of one cache kind on one GPU, as vLLM groups them.
+
+    kind: full / sliding / mla / state (the layers' ``cache_kind``); layers: how many layers of
+    the model have this kind; page_bytes: bytes of one page of one layer; block_size: tokens
+    per page (attention) or None (a recurrent-state page holds one sequence); window: sliding
+    window (tokens); layer: one of the layers (they are alike), which knows its own page needs.
+    """
+
+    kind: str
+    layers: int
+    page_bytes: int
+    block_size: int | None
+    window: int | None = None
+    layer: Any = field(default=None, compare=False, repr=False)
+
+    def pages_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Pages one request of ``max_model_len`` tokens needs in one layer of this group
+        (vLLM's ``max_memory_usage_bytes`` ÷ page size; the layer's ``pages_per_request``)."""
+        return self.layer.pages_per_request(max_model_len, max_num_batched_tokens,
+                                            self.block_size or 1)
+
+
+def cache_groups(model: Model, *, tp: int = 1, kv_dtype: str | KVFormat = "bf16",
+                 block_size: int = DEFAULT_BLOCK_SIZE) -> list[CacheGroup]:
+    """The cache groups of ``model`` on one GPU, one entry per kind of cache, with vLLM's page
+    sizes: attention pages hold ``block_size`` tokens in the KV format ``kv_dtype``; with
+    recurrent layers the attention block grows to the smallest multiple of 16 tokens whose page
+    holds one layer's state, and the state page is padded to the attention page
+    (``Platform`` hybrid block-size rule: "Setting attention block size to N tokens")."""
+    fmt = kv_format(kv_dtype)
+    block = positive_integer("block_size (tokens)", block_size)
+    return list(_cache_groups(model, model.check_tp(tp), fmt, block))
+
+
+@lru_cache(maxsize=4096)  # the serving grid asks for the same model, tp and format many times
+def _cache_groups(model: Model, tp: int, fmt: KVFormat, block: int) -> tuple[CacheGroup, ...]:
+    conv_dtype, ssm_dtype = model.state_dtypes() if model.has_state else ("bf16", None)
+    kinds: dict[tuple, list] = {}
+    for layer in model.layers:
+        if layer.cache_kind == "none":
+            continue
+        page_1 = layer.page_bytes(1, fmt, tp, conv_dtype, ssm_dtype)  # one token, or one state
+        key = (layer.cache_kind, page_1, layer.span)
+        kinds.setdefault(key, [0, layer])[0] += 1
+    if not kinds:
+        return ()
+    token_kinds = [k for k in kinds if k[0] != "state"]
+    state_kinds = [k for k in kinds if k[0] == "state"]
+    if state_kinds and token_kinds:
+        per_token = max(k[1] for k in token_kinds)
+        state = max(k[1] for k in state_kinds)
+        block = HYBRID_BLOCK_ALIGNMENT * math.ceil(state / (HYBRID_BLOCK_ALIGNMENT * per_token))
+    groups = []
+    for (kind, page_1, span), (count, layer) in kinds.items():
+        if kind == "state":
+            groups.append(CacheGroup("state", count, page_1, None, layer=layer))
+        else:
+            groups.append(CacheGroup(kind, count, page_1 * block, block, span, layer=layer))
+    if state_kinds and token_kinds:  # pad state pages to the attention page
+        page = max(g.page_bytes for g in groups)
+        groups = [replace(g, page_bytes=page) for g in groups]
+    elif len({g.page_bytes for g in groups}) > 1 and not _uniform_type(groups):
+        raise ValueError(f"{model.name}: cache kinds with different page sizes "
+                         f"({sorted({g.page_bytes for g in groups})}) — vLLM would unify them "
+                         "by changing block sizes, which kvlib does not model")
+    return tuple(groups)
+
+
+#: Cache kinds that need the same token slots (every token of the context): vLLM puts layers of
+#: these kinds in one group even when their pages differ in size (``UniformTypeKVCacheSpecs``,
+#: e.g. DeepSeek-V3.2's MLA latent and indexer keys), a block costing the sum of their pages.
+_ALL_TOKEN_KINDS = frozenset({"full", "mla", "indexer"})
+
+
+def _uniform_type(groups: list[CacheGroup]) -> bool:
+    return all(g.kind in _ALL_TOKEN_KINDS for g in groups)
+
+
+def _group_layout(groups: list[CacheGroup]) -> tuple[int, int, int]:
+    """(layers per group, number of groups, bytes of one block across the layers that share it)
+    as vLLM splits kinds into equal-sized groups (``kv_cache_planning``: group size = the fewest
+    layers of a kind, or the most when every kind has fewer than 1.5 × the fewest)."""
+    if len(groups) == 1 or _uniform_type(groups):
+        return (sum(g.layers for g in groups), 1, sum(g.layers * g.page_bytes for g in groups))
+    counts = [g.layers for g in groups]
+    size = min(counts)
+    if max(counts) < 1.5 * size:
+        size = max(counts)
+    return size, sum(math.ceil(c / size) for c in counts), size * groups[0].page_bytes
+
+
+# --- the pool -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pool:
+    """The KV pool one configuration gets, with every term of its arithmetic (bytes per GPU).
+
+    budget_bytes = total_memory_bytes × gpu_memory_utilization;
+    available_kv_bytes = budget − weights − activation peak − non-torch − CUDA graphs
+    (negative when the model does not fit: the engine refuses to start);
+    kv_bytes_per_gpu = blocks × page bytes × layers per group (≤ available: block rounding).
+    """
+
+    model: str
+    gpu: str
+    n_gpus: int
+    gpu_memory_utilization: float
+    weight_dtype: str
+    kv_dtype: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    total_memory_bytes: int
+    total_memory_source: str
+    budget_bytes: int
+    weights_bytes_per_gpu: int
+    activation_forward_bytes: int
+    activation_sampler_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    groups: tuple[CacheGroup, ...]
+    layers_per_group: int
+    n_groups: int
+    block_bytes: int
+    num_blocks: int
+    overheads: str
+    max_num_batched_tokens_note: str = field(default="", compare=False)
+    weights_basis: str = field(default="", compare=False)
+
+    @property
+    def activation_peak_bytes(self) -> int:
+        """The larger of the forward-pass and sampling-step peaks."""
+        return max(self.activation_forward_bytes, self.activation_sampler_bytes)
+
+    @property
+    def available_kv_bytes(self) -> int:
+        """vLLM's "Available KV cache memory" on one GPU (bytes; may be negative)."""
+        return (self.budget_bytes - self.weights_bytes_per_gpu - self.activation_peak_bytes
+                - self.non_torch_bytes - self.cuda_graph_bytes)
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page of one layer (equal in every group)."""
+        return self.groups[0].page_bytes if self.groups else 0
+
+    @property
+    def kv_bytes_per_gpu(self) -> int:
+        """Bytes the KV tensors take on one GPU: whole blocks only."""
+        return self.num_blocks * self.block_bytes
+
+    @property
+    def block_rounding_bytes(self) -> int:
+        """Available memory left unused because blocks are whole."""
+        return max(self.available_kv_bytes, 0) - self.kv_bytes_per_gpu
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per attention page (enlarged for hybrids with recurrent state)."""
+        sizes = [g.block_size for g in self.groups if g.block_size]
+        return min(sizes) if sizes else 0
+
+    @property
+    def tokens(self) -> int:
+        """KV tokens the pool holds: vLLM's "GPU KV cache size" (blocks ÷ groups × block size).
+
+        For a single-kind model this is the number of tokens whose K and V fit; for hybrids it
+        is the context one sequence could reach if it had the whole pool.
+        """
+        if not self.groups or not self.block_size:
+            return 0
+        return self.num_blocks // self.n_groups * self.block_size
+
+    def blocks_per_request(self, context_tokens: int) -> int:
+        """Blocks one request of ``context_tokens`` needs, summed over the groups."""
+        positive_integer("context_tokens", context_tokens)
+        pages = [g.pages_per_request(context_tokens, self.max_num_batched_tokens)
+                 for g in self.groups]
+        if self.n_groups == 1:  # one block table for every layer
+            return max(pages)
+        return sum(math.ceil(g.layers / self.layers_per_group) * n
+                   for g, n in zip(self.groups, pages))
+
+    def max_concurrency(self, context_tokens: int) -> float:
+        """Requests of ``context_tokens`` tokens the pool holds at once (vLLM's "Maximum
+        concurrency for N tokens per request")."""
+        if self.num_blocks <= 0:
+            return 0.0
+        return self.num_blocks / self.blocks_per_request(context_tokens)
+
+    def terms(self) -> pd.DataFrame:
+        """Every term of the arithmetic, one row each, in bytes and GiB (per GPU)."""
+        rows = [
+            ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
+            (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
+             self.budget_bytes),
+            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
+             + (f"; {self.weights_basis}" if self.weights_basis else "") + ")",
+             -self.weights_bytes_per_gpu),
+            (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
+             f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
+            ("− non-torch memory" + (" (incl. tensor-parallel buffers)" if self.n_gpus > 1
+                                     else ""), -self.non_torch_bytes),
+            ("− CUDA graphs counted before sizing", -self.cuda_graph_bytes),
+            ("= available KV memory", self.available_kv_bytes),
+            ("− block rounding", -self.block_rounding_bytes if self.available_kv_bytes > 0 else 0),
+            (f"= KV pool ({self.num_blocks:,} blocks)", self.kv_bytes_per_gpu),
+        ]
+        return pd.DataFrame([{"term": t, "bytes": int(b), "gib": b / GIB} for t, b in rows])
+
+
+def activation_width(counts: ParamCounts, arch: Architecture, tp: int) -> int:
+    """Elements per token of the widest activation a forward pass holds on one GPU
+    (hidden state + the widest intermediate; see ``Overheads.forward_factor``): 2·I/tp for a
+    dense MLP, top-k·2·I_moe/tp (+ 2·shared/tp) for MoE, (heads + 2·KV heads)·H/tp for softmax
+    attention and heads·(d_nope + d_R)/tp + r + d_R for an MLA layer's query and latent."""
+    hidden = arch.hidden_size
+    if hidden is None:
+        raise ValueError(f"{arch.name}: config field 'hidden_size' is missing (needed for the "
+                         "activation peak)")
+    widths = []
+    if counts.components.get("mlp") and arch.mlp is not None and arch.mlp.intermediate_size:
+        widths.append(2 * arch.mlp.intermediate_size / tp)
+    if counts.n_experts and arch.moe is not None and arch.moe.intermediate_size:
+        moe = arch.moe
+        widths.append((counts.experts_per_token * 2 * moe.intermediate_size
+                       + 2 * (moe.shared_intermediate_size or 0)) / tp)
+    att = arch.attention
+    if att is not None:
+        widths.append((att.n_heads + 2 * att.n_kv_heads) * att.head_dim / tp)
+    mla = arch.mla
+    if mla is not None:
+        q_dim = (mla.qk_nope_head_dim or 0) + mla.qk_rope_head_dim
+        widths.append(mla.n_heads * q_dim / tp + mla.kv_lora_rank + mla.qk_rope_head_dim)
+    return math.ceil(hidden + max(widths, default=0))
+
+
+def _vocab(arch: Architecture) -> int:
+    if arch.vocab_size is None:
+        raise ValueError(f"{arch.name}: config field 'vocab_size' is missing (needed for the "
+                         "sampler peak)")
+    return arch.vocab_size
+
+
+def derived_max_model_len(model: Model) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts for ``model`` without an override (tokens):
+    its config's lengths and RoPE scaling by vLLM's rule (the config reader, ``kvlib.model.hf_config``);
+    None when the config names no length or the model was built from explicit layers."""
+    return model.architecture.max_model_len if model.architecture is not None else None
+
+
+def check_max_model_len(model: Model, max_model_len: int, allow_long: bool = False) -> int:
+    """``max_model_len`` (tokens) if the model accepts it: ValueError past
+    ``derived_max_model_len`` unless ``allow_long`` (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``)."""
+    tokens = positive_integer("max_model_len", max_model_len)
+    limit = derived_max_model_len(model)
+    if limit is not None and tokens > limit and not allow_long:
+        raise ValueError(f"{tokens:,} tokens exceed {model.name}'s maximum context of {limit:,} "
+                         "tokens (vLLM refuses such a max_model_len; override with "
+                         "allow_long_max_model_len=True, kvlib fit --allow-long-context)")
+    return tokens
+
+
+def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,
+            overheads: Overheads = VLLM, weights_bytes_per_gpu: int | None = None,
+            **keywords: Any) -> Pool:
+    """The KV pool vLLM would allocate for a ``Deployment`` (or for ``model`` on ``gpu`` with
+    the deployment's fields, or the older ``n_gpus`` / ``weight_dtype`` / ``kv_dtype``, as
+    keywords: ``kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)``).
+
+    Every number in the result is per GPU except ``tokens``, which every GPU of the
+    tensor-parallel group holds a slice of. ``max_num_batched_tokens`` sizes the profiled forward
+    pass, ``max_num_seqs`` the sampled rows; ``max_model_len`` is refused past the model's own
+    maximum (``derived_max_model_len``) as vLLM refuses it, unless the deployment allows long
+    contexts. overheads: the activation/non-torch model (``NO_OVERHEADS`` reproduces "budget −
+    weights"); weights_bytes_per_gpu: override the computed weights (e.g. with a logged "Model
+    loading took").
+    """
+    d = as_deployment(deployment, gpu, **keywords).resolved()
+    m, g = d.model, d.gpu
+    tp = m.check_tp(d.tp)
+    mnbt, seqs = d.max_num_batched_tokens, d.max_num_seqs
+    if d.max_model_len is not None:
+        check_max_model_len(m, d.max_model_len, d.allow_long_max_model_len)
+    if not isinstance(overheads, Overheads):
+        raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
+    counts = params_for(m)
+    if weights_bytes_per_gpu is None:
+        loaded = loaded_weights(m, d.weights, tp, g.slug)
+        weights, weights_basis = loaded.total_bytes, loaded.basis
+    else:
+        weights = integer("weights_bytes_per_gpu", weights_bytes_per_gpu)
+        weights_basis = "given"
+    arch = m.architecture
+    if arch is None:
+        raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
+                         "config.json fields (build it with Model.from_hf_config)")
+    forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
+    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
+    non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
+    total = g.usable_memory_bytes
+    budget = int(total * d.gpu_memory_utilization)
+    groups = cache_groups(m, tp=tp, kv_dtype=d.kv, block_size=d.block_size)
+    per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
+    available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
+    num_blocks = max(available // block_bytes, 0) if groups else 0
+    return Pool(model=m.name, gpu=g.slug, n_gpus=tp,
+                gpu_memory_utilization=d.gpu_memory_utilization, weight_dtype=d.weights.label,
+                kv_dtype=d.kv_name, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+                total_memory_bytes=total, total_memory_source=g.usable_memory_source,
+                budget_bytes=budget, weights_bytes_per_gpu=weights,
+                activation_forward_bytes=forward, activation_sampler_bytes=sampler,
+                non_torch_bytes=non_torch, cuda_graph_bytes=overheads.cuda_graph_bytes,
+                groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
+                block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
+                weights_basis=weights_basis)

@@ -1,0 +1,205 @@
+"""Request streams for the paging simulator: (prompt_tokens, output_tokens) rows and arrival steps.
+
+The synthetic ShareGPT and Alpaca workloads match the mean lengths that the vLLM paper
+(Kwon et al., SOSP 2023, arXiv:2309.06180, Fig. 11) prints for the two traces; the numbers and
+their sources live in ``data/workloads.csv``. The paper publishes means and histograms only, so
+each length is a discretised log-normal whose log-standard deviation ``sigma`` is our assumption
+(chosen for the right-skewed shape of Fig. 11) and whose location is solved so that the mean of
+the truncated, discretised distribution equals the published mean exactly.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import numbers
+from dataclasses import dataclass
+from functools import cache, lru_cache
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..core.data import csv_path
+
+
+@lru_cache(maxsize=1)
+def published_stats() -> dict[tuple[str, str], float]:
+    """``{(name, stat): value}`` from ``data/workloads.csv`` (e.g. ``("sharegpt", "mean_output_tokens")``)."""
+    with open(csv_path("workloads.csv"), encoding="utf-8", newline="") as f:
+        return {(row["name"], row["stat"]): float(row["value"]) for row in csv.DictReader(f)}
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A log-normal length rounded to whole tokens and truncated to ``[min_tokens, max_tokens]``.
+
+    ``mean_tokens`` is the exact mean of the truncated discrete distribution (tokens);
+    ``sigma`` is the standard deviation of ln(length) before truncation (dimensionless).
+    """
+
+    mean_tokens: float
+    sigma: float
+    min_tokens: int
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_tokens < self.max_tokens:
+            raise ValueError(f"need 1 <= min_tokens < max_tokens, got {self.min_tokens}, {self.max_tokens}")
+        if not self.min_tokens < self.mean_tokens < self.max_tokens:
+            raise ValueError(f"mean_tokens {self.mean_tokens} must lie strictly inside "
+                             f"[{self.min_tokens}, {self.max_tokens}]")
+        if not self.sigma > 0:
+            raise ValueError(f"sigma must be > 0, got {self.sigma}")
+
+    def pmf(self) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """(lengths in tokens, probabilities summing to 1)."""
+        return _pmf(self.mean_tokens, self.sigma, self.min_tokens, self.max_tokens)
+
+    def mean(self) -> float:
+        """Exact mean of the discrete distribution (tokens)."""
+        values, probs = self.pmf()
+        return float(values @ probs)
+
+    def sample(self, n: int, rng: np.random.Generator) -> NDArray[np.int64]:
+        """``n`` lengths (tokens) by inverse-CDF sampling with ``rng``."""
+        values, probs = self.pmf()
+        cdf = np.cumsum(probs)
+        idx = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
+        return values[np.minimum(idx, len(values) - 1)]
+
+
+def _probs(mu: float, sigma: float, lo: int, hi: int) -> NDArray[np.float64]:
+    edges = np.log(np.arange(lo, hi + 2, dtype=np.float64) - 0.5)
+    z = (edges - mu) / (sigma * math.sqrt(2.0))
+    cdf = 0.5 * (1.0 + np.array([math.erf(x) for x in z]))
+    probs = np.diff(cdf)
+    return probs / probs.sum()
+
+
+@cache
+def _pmf(mean: float, sigma: float, lo: int, hi: int) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    values = np.arange(lo, hi + 1, dtype=np.int64)
+    low, high = math.log(lo) - 10 * sigma, math.log(hi) + 10 * sigma
+    for _ in range(200):  # bisection on mu: the truncated mean increases with mu
+        mu = 0.5 * (low + high)
+        if float(values @ _probs(mu, sigma, lo, hi)) < mean:
+            low = mu
+        else:
+            high = mu
+    probs = _probs(0.5 * (low + high), sigma, lo, hi)
+    probs.setflags(write=False)
+    values.setflags(write=False)
+    return values, probs
+
+
+def _dists(name: str, sigma_prompt: float, sigma_output: float,
+           max_output_tokens: int | None = None) -> tuple[LengthDist, LengthDist]:
+    stats = published_stats()
+    lo = int(stats[("sharegpt", "min_tokens")])
+    hi = int(stats[("sharegpt", "max_prompt_tokens")])
+    top = hi if max_output_tokens is None else max_output_tokens
+    longest = int(stats[("sharegpt", "max_total_tokens")]) - lo
+    if not hi <= top <= longest:
+        raise ValueError(f"max_output_tokens must lie in [{hi}, {longest}] tokens, got {top}")
+    return (LengthDist(stats[(name, "mean_prompt_tokens")], sigma_prompt, lo, hi),
+            LengthDist(stats[(name, "mean_output_tokens")], sigma_output, lo, top))
+
+
+# ln-space standard deviations (assumptions, not published): ShareGPT is the more variable trace (§6.1).
+SHAREGPT_SIGMA = (1.0, 1.0)
+ALPACA_SIGMA = (0.5, 0.8)
+
+
+def sharegpt_dists(output_sigma: float | None = None,
+                   max_output_tokens: int | None = None) -> tuple[LengthDist, LengthDist]:
+    """(prompt, output) length distributions with the ShareGPT means of Fig. 11a: 161.31 and 337.99 tokens.
+
+    ``output_sigma`` (default ``SHAREGPT_SIGMA[1]``) and ``max_output_tokens`` (default 1,024; at
+    most 2,044 = 2,048 − the 4-token minimum prompt) reshape the output tail at the same mean.
+    """
+    sigma_output = SHAREGPT_SIGMA[1] if output_sigma is None else output_sigma
+    return _dists("sharegpt", SHAREGPT_SIGMA[0], sigma_output, max_output_tokens)
+
+
+def alpaca_dists() -> tuple[LengthDist, LengthDist]:
+    """(prompt, output) length distributions with the Alpaca means of Fig. 11b: 19.31 and 58.45 tokens."""
+    return _dists("alpaca", *ALPACA_SIGMA)
+
+
+def _sample(dists: tuple[LengthDist, LengthDist], n: int, seed: int,
+            max_total_tokens: int | None = None) -> NDArray[np.int64]:
+    if n < 1:
+        raise ValueError(f"number of requests must be >= 1, got {n}")
+    rng = np.random.default_rng(seed)
+    prompt = dists[0].sample(n, rng)
+    output = dists[1].sample(n, rng)
+    if max_total_tokens is not None:  # draw pairs over the limit again, as the sampler prunes them
+        while (bad := np.flatnonzero(prompt + output > max_total_tokens)).size:
+            prompt[bad] = dists[0].sample(bad.size, rng)
+            output[bad] = dists[1].sample(bad.size, rng)
+    return np.column_stack([prompt, output])
+
+
+def sharegpt(n: int, seed: int = 0, *, output_sigma: float | None = None,
+             max_output_tokens: int | None = None) -> NDArray[np.int64]:
+    """``n`` ShareGPT-like requests, an (n, 2) array of (prompt_tokens, output_tokens), seeded.
+
+    ``output_sigma`` and ``max_output_tokens`` as in ``sharegpt_dists``; pairs longer than the
+    sampler's 2,048 tokens are drawn again, so with a cap above 1,024 the sample means move
+    slightly off the published ones (the defaults never redraw and keep the same stream).
+    """
+    dists = sharegpt_dists(output_sigma, max_output_tokens)
+    return _sample(dists, n, seed, int(published_stats()[("sharegpt", "max_total_tokens")]))
+
+
+def alpaca(n: int, seed: int = 0) -> NDArray[np.int64]:
+    """``n`` Alpaca-like requests, an (n, 2) array of (prompt_tokens, output_tokens), seeded."""
+    return _sample(alpaca_dists(), n, seed)
+
+
+def fixed(n: int, prompt_tokens: int, output_tokens: int) -> NDArray[np.int64]:
+    """``n`` identical requests of ``prompt_tokens`` + ``output_tokens``."""
+    if n < 1:
+        raise ValueError(f"number of requests must be >= 1, got {n}")
+    return from_arrays(np.full(n, prompt_tokens), np.full(n, output_tokens))
+
+
+def from_arrays(prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> NDArray[np.int64]:
+    """Stack user-supplied prompt and output lengths (tokens, each >= 1) into an (n, 2) array."""
+    prompt = np.asarray(prompt_tokens)
+    output = np.asarray(output_tokens)
+    if prompt.ndim != 1 or prompt.shape != output.shape or prompt.size == 0:
+        raise ValueError(f"need two non-empty 1-D arrays of equal length, got shapes "
+                         f"{prompt.shape} and {output.shape}")
+    requests = np.column_stack([prompt, output])
+    return as_requests(requests)
+
+
+def as_requests(requests: ArrayLike) -> NDArray[np.int64]:
+    """Validate an (n, 2) array-like of (prompt_tokens, output_tokens) and return it as int64."""
+    arr = np.asarray(requests)
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
+        raise ValueError(f"requests must be a non-empty (n, 2) array of (prompt_tokens, output_tokens), "
+                         f"got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf" or (arr.dtype.kind == "f" and not np.all(np.isfinite(arr)
+                                                                             & (arr == np.round(arr)))):
+        raise ValueError("requests must hold whole token counts")
+    out = arr.astype(np.int64)
+    for col, name in ((0, "prompt_tokens"), (1, "output_tokens")):
+        bad = np.flatnonzero(out[:, col] < 1)
+        if bad.size:
+            raise ValueError(f"{name} must be >= 1; request {int(bad[0])} has {int(out[bad[0], col])}")
+    return out
+
+
+def poisson_arrivals(n: int, rate_per_step: float, seed: int = 0) -> NDArray[np.int64]:
+    """Arrival step of each of ``n`` requests from a Poisson process of ``rate_per_step`` requests/step.
+
+    Exponential gaps of mean ``1 / rate_per_step`` steps, accumulated and floored to whole steps.
+    """
+    if isinstance(rate_per_step, bool) or not isinstance(rate_per_step, numbers.Real) \
+            or not (math.isfinite(rate_per_step) and rate_per_step > 0):
+        raise ValueError(f"arrival rate must be a finite number > 0 requests/step, got {rate_per_step!r}")
+    if n < 1:
+        raise ValueError(f"number of requests must be >= 1, got {n}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_step, size=n)
+    return np.floor(np.cumsum(gaps)).astype(np.int64)

@@ -1,0 +1,649 @@
+"""The speed model against measurements: the one place that loads measured speeds, fits the
+constants of :mod:`kvlib.roofline` and reports their error.
+
+Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can be asked about.
+
+* *modern* rows (engine releases from 2025 on): a serving benchmark's median time per output
+  token (TPOT) or time to first token (TTFT) at a client concurrency, or a static batch's
+  latency. A serving TPOT is predicted as ``roofline.serving_steps`` gives it — decode steps
+  that carry the other requests' prompts — at ``min(concurrency, requests the KV pool holds)``;
+  a static batch as one prefill plus its decode steps.
+* *history* rows (the engines of 2023–2024 and the rows mapped by
+  ``data/roofline_calibration.csv``, ``data/validation/throughput_mapping.csv`` and
+  ``data/validation/throughput.csv``): predicted and reported apart, never fitted.
+
+Modern decode points (TPOT and static latencies) are split in halves, sorted by source then id
+and alternating, so every source lands on both sides (``split``); ``fit`` finds the constants
+on the train half; ``validate`` predicts every point with a given ``Efficiency`` (by default
+the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
+``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
+fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range:
+what the book prints next to a speed.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..deployment import Deployment
+from ..engines import capacity
+
+from ..speed import roofline
+from ..hardware.gpus import load_gpu
+from ..core.data import csv_path, data_dir
+from ..model.formats import weight_format
+from ..model.registry import load_model
+from ..speed.roofline import BLOCK_KINDS, Efficiency
+
+#: Publishers of the measured points, by the start of the ``source`` column: a publisher's
+#: documents count as one source for leave-one-source-out.
+SOURCE_GROUPS = {
+    "SemiAnalysis InferenceMAX": "SemiAnalysis InferenceMAX",
+    "NVIDIA aiconfigurator": "NVIDIA aiconfigurator silicon sample",
+    "NVIDIA NIM": "NVIDIA NIM benchmarking guide",
+    "Vultr": "Vultr inference cookbook",
+    "AMD ROCm": "AMD ROCm performance results",
+    "AccelMark": "AccelMark leaderboard",
+    "NVIDIA TensorRT-LLM": "NVIDIA TensorRT-LLM documentation and blog",
+    "NVIDIA": "NVIDIA TensorRT-LLM documentation and blog",
+    "vLLM": "vLLM project blog",
+    "LMDeploy": "LMDeploy documentation (InternLM)",
+    "Oracle": "Oracle Cloud Infrastructure blog (vLLM on AMD MI300X)",
+}
+
+#: The engine of a row, by the start of its ``engine`` column. NIM's profile engine is not
+#: stated; its "fp8 TP2" Llama profiles on H100 are TensorRT-LLM builds, so it is read as
+#: TensorRT-LLM. LMDeploy (history only) has no fitted step cost: its points use vLLM's.
+ENGINES = {"vLLM": "vllm", "SGLang": "sglang", "TensorRT-LLM": "tensorrt-llm",
+           "NVIDIA NIM": "tensorrt-llm", "LMDeploy": "vllm"}
+
+#: Weight formats of checkpoints whose ``weight_format`` column is empty, by the start of the
+#: ``weight_dtype`` text: what kvlib serves them as, and why.
+WEIGHT_FORMAT_RULES: tuple[tuple[str, str | dict[str, str], str], ...] = (
+    ("NVFP4 MoE experts", {"experts": "nvfp4"},
+     "NVIDIA's DeepSeek-R1 FP4 checkpoint quantizes the MoE experts; the rest read as 16-bit"),
+    ("MXFP4 (AMD Quark", {"experts": "mxfp4"},
+     "AMD's DeepSeek-R1 MXFP4 preview: experts MXFP4, the rest read as 16-bit (not checked)"),
+    ("fp8", "fp8", "FP8 checkpoint or FP8 GEMMs: every linear layer in FP8"),
+    ("bf16", "bf16", "16-bit checkpoint"),
+    ("not stated", "bf16", "precision not stated: the published checkpoints are BF16"),
+)
+#: KV dtype when the row leaves it empty: the engines' default ``auto``, the checkpoint's
+#: 16-bit dtype — except NIM's fp8 profiles, which quantize the KV cache to FP8.
+DEFAULT_KV_DTYPE = "bf16"
+
+#: Metrics predicted, and the part they play: decode points are fitted and judged against the
+#: goals, TTFT points are judged apart.
+DECODE_METRICS = ("time_per_output_token_s", "batch_latency_s")
+TTFT_METRIC = "time_to_first_token_s"
+
+#: Batch ranges the error is reported by (inclusive upper bounds).
+BATCH_RANGES = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 512), (513, 4096))
+
+
+def batch_range(batch: int) -> str:
+    """The ``BATCH_RANGES`` label of a batch or concurrency: "1", "2–8", … "513–4096"."""
+    for lo, hi in BATCH_RANGES:
+        if lo <= batch <= hi:
+            return str(lo) if lo == hi else f"{lo}–{hi}"
+    raise ValueError(f"batch {batch!r} outside {BATCH_RANGES[0][0]}–{BATCH_RANGES[-1][1]}")
+
+
+def _group(text: str, table: Mapping[str, str], what: str) -> str:
+    for key, value in table.items():
+        if text.startswith(key):
+            return value
+    raise ValueError(f"measured point from an unknown {what} {text!r}: add it to "
+                     f"kvlib.calibrate.{'SOURCE_GROUPS' if what == 'source' else 'ENGINES'}")
+
+
+def _assumed_format(weight_dtype: str) -> str | dict[str, str] | None:
+    for prefix, fmt, _ in WEIGHT_FORMAT_RULES:
+        if weight_dtype.startswith(prefix):
+            return fmt
+    return None
+
+
+def _num(value: Any) -> float | None:
+    text = str(value).strip()
+    return float(text) if text else None
+
+
+def _modern_points(measured: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows, excluded = [], []
+    modern = measured[(measured["era"] == "modern")
+                      & measured["metric"].isin([*DECODE_METRICS, TTFT_METRIC])]
+    for _, t in modern.iterrows():
+        reason = None
+        fmt = weight_format(t["weight_format"]) if t["weight_format"] else _assumed_format(
+            t["weight_dtype"])
+        gpu = _gpu(t["gpu_slug"]) if t["gpu_slug"] else None
+        if not t["model_slug"] or gpu is None:
+            reason = "model or GPU not in the registry"
+        elif fmt is None:
+            reason = f"weight format {t['weight_dtype']!r} not mapped"
+        elif gpu.bf16_dense_flops is None or gpu.hbm_bytes_per_s is None:
+            reason = f"{gpu.name}: no sourced dense FLOP/s or bandwidth in data/gpus.csv"
+        concurrency = _num(t["concurrency"]) or _num(t["batch"])
+        if reason is None and not concurrency:
+            reason = "no batch or concurrency"
+        if reason:
+            excluded.append({"id": t["id"], "source": t["source"], "reason": reason})
+            continue
+        kv = t["kv_dtype"] or ("fp8" if t["engine"].startswith("NVIDIA NIM") else DEFAULT_KV_DTYPE)
+        isl = _num(t["mean_input_tokens"]) or float(t["input_tokens"])
+        osl = _num(t["mean_output_tokens"]) or float(t["output_tokens"])
+        mode = t["benchmark_mode"]
+        rows.append({
+            "id": t["id"], "era": "modern", "source": t["source"],
+            "source_group": _group(t["source"], SOURCE_GROUPS, "source"),
+            "engine": _group(t["engine"], ENGINES, "engine"), "engine_label": t["engine"],
+            "engine_version": t["engine_version"], "model": t["model_slug"], "gpu": gpu.slug,
+            "tp": int(t["tp"]), "ep": int(_num(t["ep"]) or 1), "weight_format": weight_format(fmt).text,
+            "kv_dtype": kv, "mode": mode, "metric": t["metric"],
+            "concurrency": int(concurrency), "input_tokens": max(1, round(isl)),
+            "output_tokens": max(2, round(osl)), "value": float(t["value"]),
+            "run_group": t["run_group"]})
+    return rows, excluded
+
+
+def _history_points(measured: pd.DataFrame) -> list[dict[str, Any]]:
+    """The pre-2025 rows the old calibration mapped (static batches and inter-token latencies)."""
+    rows = []
+    mapped = [pd.read_csv(csv_path("roofline_calibration.csv"), keep_default_na=False)
+              .assign(batch=""),
+              pd.read_csv(csv_path("validation/throughput_mapping.csv"),
+                          keep_default_na=False, dtype={"batch": str})]
+    indexed = measured.set_index("id")
+    for frame in mapped:
+        for _, m in frame.iterrows():
+            if m["mode"] not in ("static", "itl"):
+                continue
+            t = indexed.loc[m["throughput_id"]]
+            batch = m["batch"] or t["batch"] or t["concurrency"]
+            rows.append({"id": m["throughput_id"], "source": t["source"], "engine_label": t["engine"],
+                         "engine_version": t["engine_version"], "model": m["model_slug"],
+                         "gpu": m["gpu_slug"], "tp": int(t["tp"]), "weight_format": m["weight_dtype"],
+                         "kv_dtype": m["kv_dtype"], "mode": m["mode"], "metric": t["metric"],
+                         "concurrency": int(float(batch)), "input_tokens": int(t["input_tokens"]),
+                         "output_tokens": int(t["output_tokens"]), "value": float(t["value"])})
+    extra = pd.read_csv(csv_path("validation/throughput.csv"), keep_default_na=False)
+    for _, t in extra.iterrows():
+        rows.append({"id": t["id"], "source": t["source"], "engine_label": t["engine"],
+                     "engine_version": "", "model": t["model_slug"], "gpu": t["gpu_slug"],
+                     "tp": int(t["tp"]), "weight_format": t["weight_dtype"],
+                     "kv_dtype": t["kv_dtype"], "mode": t["mode"], "metric": t["metric"],
+                     "concurrency": int(t["batch"]), "input_tokens": int(t["input_tokens"]),
+                     "output_tokens": int(t["output_tokens"]), "value": float(t["value"])})
+    for row in rows:
+        row.update(era="history", ep=1, run_group="",
+                   source_group=_group(row["source"], SOURCE_GROUPS, "source"),
+                   engine=_group(row["engine_label"], ENGINES, "engine"))
+    return rows
+
+
+@lru_cache(maxsize=1)
+def _points_and_excluded() -> tuple[pd.DataFrame, pd.DataFrame]:
+    measured = pd.read_csv(csv_path("throughput.csv"), keep_default_na=False, dtype=str)
+    modern, excluded = _modern_points(measured)
+    points = pd.DataFrame(modern + _history_points(measured)).set_index("id")
+    if points.index.duplicated().any():
+        raise ValueError(f"measured points listed twice: "
+                         f"{sorted(points.index[points.index.duplicated()])}")
+    points["role"] = split(points)
+    return points, pd.DataFrame(excluded, columns=["id", "source", "reason"]).set_index("id")
+
+
+def speed_points() -> pd.DataFrame:
+    """Every measured point kvlib predicts, one row per ``id``: era (modern/history), source
+    and ``source_group``, ``engine`` (``roofline.ENGINES``), model, GPU, tp, weight format and
+    KV dtype (assumptions applied), mode (serving/static/itl), metric, concurrency (or static
+    batch), mean input and output tokens, value, and ``role``: "train"/"test" (modern decode
+    points), "ttft" (modern TTFT points) or "history"."""
+    return _points_and_excluded()[0].copy()
+
+
+def excluded_points() -> pd.DataFrame:
+    """Modern rows of ``data/throughput.csv`` kvlib cannot predict, with the reason."""
+    return _points_and_excluded()[1].copy()
+
+
+def split(points: pd.DataFrame) -> pd.Series:
+    """"train" or "test" for each modern decode point — sorted by source group, source, then
+    id, alternating (train first), so every source lands on both sides; "ttft" and "history"
+    for the rest. Deterministic: no random numbers."""
+    decode = points[(points["era"] == "modern") & points["metric"].isin(DECODE_METRICS)]
+    order = decode.rename_axis("id").reset_index().sort_values(["source_group", "source", "id"])
+    roles = pd.Series("history", index=points.index, name="role")
+    roles[(points["era"] == "modern") & (points["metric"] == TTFT_METRIC)] = "ttft"
+    for i, point_id in enumerate(order["id"]):
+        roles[point_id] = "train" if i % 2 == 0 else "test"
+    return roles
+
+
+# --- a point as roofline steps -------------------------------------------------------------
+
+#: The roofline with every fitted constant at its neutral value (η = 1, no fixed costs) and
+#: the all-reduces on: the legs a point is decomposed into.
+RAW = Efficiency("raw legs (η = 1, no fixed costs)", communication=True)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A point as weighted roofline steps under ``RAW``; ``seconds(eff)`` is what
+    ``roofline`` computes for the same steps with ``eff``.
+
+    weight: how many times each step counts; weights_s / kv_s / compute_s: the weight reads, KV
+    reads and math at η = 1;
+    allreduce_s: the all-reduces of each step; engine / gpu: for the engine's step cost;
+    blocks: the model's blocks; numerator: 0 when the metric is seconds, else the tokens it
+    divides (output tokens of a static batch); batch: the decode batch used.
+    """
+
+    weight: np.ndarray
+    weights_s: np.ndarray
+    kv_s: np.ndarray
+    compute_s: np.ndarray
+    allreduce_s: np.ndarray
+    engine_key: str
+    blocks: roofline.Blocks
+    numerator: float
+    batch: int
+
+    def seconds(self, eff: Efficiency) -> float:
+        block = eff.block_overhead_s(self.blocks)
+        step = dict(eff.step_s).get(self.engine_key, 0.0) if eff.step_s else 0.0
+        times = roofline.law_seconds(self.weights_s, self.kv_s, self.compute_s, step + block,
+                                     self.allreduce_s, eff)
+        return float((self.weight * times).sum())
+
+    def predict(self, eff: Efficiency) -> float:
+        seconds = self.seconds(eff)
+        return self.numerator / seconds if self.numerator else seconds
+
+
+@lru_cache(maxsize=None)
+def _pool(model: str, gpu: str, tp: int, weight_format: str, kv_dtype: str) -> capacity.Pool:
+    return capacity.kv_pool(Deployment(_model(model), _gpu(gpu), tp=tp, weights=weight_format,
+                                       kv=kv_dtype, gpu_memory_utilization=0.9))
+
+
+def _pool_capacity(model: str, gpu: str, tp: int, weight_format: str, kv_dtype: str,
+                   context_tokens: int) -> float:
+    """Requests of ``context_tokens`` the vLLM pool kvlib computes holds (utilization 0.9)."""
+    pool = _pool(model, gpu, tp, weight_format, kv_dtype)
+    return pool.max_concurrency(context_tokens) if pool.tokens > 0 else 0.0
+
+
+def decode_batch(point: Mapping[str, Any]) -> int:
+    """The batch a serving point decodes at: its concurrency, capped by the requests of
+    input + output tokens the KV pool holds (an engine queues the rest); at least 1."""
+    held = _pool_capacity(point["model"], point["gpu"], int(point["tp"]), point["weight_format"],
+                          point["kv_dtype"], int(point["input_tokens"]) + int(point["output_tokens"]))
+    return max(1, min(int(point["concurrency"]), math.floor(held) if held >= 1 else 1))
+
+
+@lru_cache(maxsize=None)
+def _model(slug: str):
+    return load_model(slug)
+
+
+@lru_cache(maxsize=None)
+def _gpu(slug: str):
+    return load_gpu(slug)
+
+
+def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
+    """Decompose one point into roofline steps (see the module docstring and ``Parts``)."""
+    model, gpu, tp = _model(point["model"]), _gpu(point["gpu"]), int(point["tp"])
+    d = Deployment(model, gpu, tp=tp, weights=point["weight_format"], kv=point["kv_dtype"],
+                   engine=point["engine"], efficiency=RAW)
+    isl, osl = int(point["input_tokens"]), int(point["output_tokens"])
+    mode, metric = point["mode"], point["metric"]
+    steps: list[tuple[float, roofline.Step]] = []
+    numerator = 0.0
+    if mode == "serving":
+        batch = decode_batch(point)
+        s = roofline.serving_steps(d, batch=batch, input_tokens=isl, output_tokens=osl)
+        if metric == TTFT_METRIC:
+            steps = [(float(s.prompt_chunks), s.first), ((1 - s.prefill_share) / 2, s.decode),
+                     (s.prefill_share / 2, s.mixed)]
+        else:
+            steps = [(1 - s.prefill_share, s.decode), (s.prefill_share, s.mixed)]
+    elif mode == "itl":
+        batch = int(point["concurrency"])
+        steps = [(1.0, roofline.decode_step(d, batch=batch, context_tokens=isl + osl // 2))]
+    elif mode == "static":
+        batch = int(point["concurrency"])
+        held = _pool_capacity(point["model"], point["gpu"], tp, point["weight_format"],
+                              point["kv_dtype"], isl + osl)
+        waves = max(1, math.ceil(batch / math.floor(held))) if held >= 1 else 1
+        wave = math.ceil(batch / waves)
+        steps = [(float(waves), roofline.prefill_step(d, batch=wave,
+                                                      prompt_tokens=max(isl, 1)))]
+        n = min(samples, osl)
+        steps += [(waves * osl / n, roofline.decode_step(
+            d, batch=wave, context_tokens=isl + int((i + 0.5) * osl / n)))
+            for i in range(n)]
+        if metric not in ("batch_latency_s", TTFT_METRIC):
+            numerator = float(batch * osl)
+    else:
+        raise ValueError(f"unknown mode {mode!r} (serving, static or itl)")
+    if metric in ("output_tokens_per_s",) and not numerator:
+        raise ValueError(f"{point.get('id', '?')}: a throughput metric needs a static batch")
+    return Parts(weight=np.array([w for w, _ in steps]),
+                 weights_s=np.array([st.weights_s for _, st in steps]),
+                 kv_s=np.array([st.kv_s for _, st in steps]),
+                 compute_s=np.array([st.compute_s for _, st in steps]),
+                 allreduce_s=np.array([st.allreduce_s for _, st in steps]),
+                 engine_key=roofline.engine_key(point["engine"], gpu), blocks=roofline.blocks(model),
+                 numerator=numerator, batch=batch)
+
+
+@lru_cache(maxsize=1)
+def _all_parts() -> dict[str, Parts]:
+    return {i: parts(p) for i, p in speed_points().iterrows()}
+
+
+# --- the fit -------------------------------------------------------------------------------
+
+#: Grids of the achieved shares, searched coarse to fine (``fit``): weights η_w 0.50–1.00 and
+#: KV η_kv 0.30–1.00 in steps of 0.01, compute η_F 0.30–1.00 in steps of 0.05. The fixed costs
+#: are solved for exactly at each grid point searched.
+BANDWIDTH_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(51))
+KV_BANDWIDTH_GRID = tuple(round(0.30 + 0.01 * i, 2) for i in range(71))
+COMPUTE_GRID = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))
+#: Iterations of the reweighted least squares that turn the fixed-cost solve into a least
+#: absolute deviations fit, and the smallest residual a weight divides by.
+_IRLS_STEPS, _IRLS_FLOOR = 4, 0.01
+
+
+def nnls(gram: np.ndarray, rhs: np.ndarray, start: Sequence[int] = ()) -> np.ndarray:
+    """Non-negative least squares from its normal equations: min ½xᵀGx − cᵀx with x ≥ 0, for
+    ``gram`` = AᵀA and ``rhs`` = Aᵀb (Lawson and Hanson's active set). ``start``: columns to try
+    as the free set first (the previous solution's, when solving a sequence of close problems)."""
+    n = len(rhs)
+    ridge = 1e-12 * max(float(np.trace(gram)), 1e-300)
+
+    def solve_on(cols: list[int]) -> np.ndarray:
+        z = np.zeros(n)
+        if cols:
+            sub = gram[np.ix_(cols, cols)]
+            sub[np.diag_indices_from(sub)] += ridge
+            z[cols] = np.linalg.solve(sub, rhs[cols])
+        return z
+
+    passive = sorted(start)
+    x = solve_on(passive)
+    if passive and not (x[passive] > 0).all():
+        passive, x = [], np.zeros(n)
+    for _ in range(3 * n + 3):
+        gradient = rhs - gram @ x
+        free = [j for j in range(n) if j not in passive and gradient[j] > 1e-12 * (1 + abs(rhs[j]))]
+        if not free:
+            break
+        passive.append(max(free, key=lambda j: gradient[j]))
+        while passive:
+            z = solve_on(passive)
+            if (z[passive] > 0).all():
+                x = z
+                break
+            shrink = [j for j in passive if z[j] <= 0]
+            alpha = min(x[j] / (x[j] - z[j]) for j in shrink)
+            x = x + alpha * (z - x)
+            passive = [j for j in passive if x[j] > 1e-15]
+    return x
+
+
+def _fixed_columns(items: Sequence[Parts]) -> tuple[list[str], np.ndarray]:
+    """The design matrix of the fixed costs: one column per engine key (step weight sum) and one
+    per block kind (step weight sum × blocks of that kind)."""
+    engines = sorted({p.engine_key for p in items})
+    names = [f"step:{e}" for e in engines] + [f"block:{k}" for k in BLOCK_KINDS]
+    cols = np.zeros((len(items), len(names)))
+    for i, p in enumerate(items):
+        total = p.weight.sum()
+        cols[i, engines.index(p.engine_key)] = total
+        for j, kind in enumerate(BLOCK_KINDS):
+            cols[i, len(engines) + j] = total * getattr(p.blocks, kind)
+    return names, cols
+
+
+def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Efficiency:
+    """The constants minimising the summed |log(predicted ÷ measured)| over the given points
+    (metric in seconds): for every (η_w, η_kv, η_F) searched, the fixed costs by reweighted
+    non-negative least squares on the relative error; the best wins. Deterministic."""
+    ids = list(point_parts)
+    if not ids:
+        raise ValueError("no points to fit")
+    items = [point_parts[i] for i in ids]
+    if any(p.numerator for p in items):
+        raise ValueError("fit takes points measured in seconds (TPOT, latency), not tokens/s")
+    y = np.array([measured[i] for i in ids], dtype=float)
+    # every step of every point in one flat array; ``owner`` maps a step to its point
+    owner = np.concatenate([np.full(len(p.weight), k) for k, p in enumerate(items)])
+    weight, weights, kv, compute, comm = (np.concatenate([getattr(p, a) for p in items])
+                                          for a in ("weight", "weights_s", "kv_s", "compute_s",
+                                                    "allreduce_s"))
+    comm_total = np.bincount(owner, weight * comm, minlength=len(items))
+    names, cols = _fixed_columns(items)
+    design = cols / y[:, None]
+
+    def solve(bw: float, kv_bw: float, fl: float) -> tuple[float, tuple[float, float, float],
+                                                           np.ndarray]:
+        legs = weight * np.maximum(weights / bw + kv / kv_bw, compute / fl)
+        roof = np.bincount(owner, legs, minlength=len(items)) + comm_total
+        target = 1 - roof / y
+        w = np.ones(len(y))
+        support: list[int] = []
+        for _ in range(_IRLS_STEPS):
+            weighted = design * w[:, None]
+            coef = nnls(design.T @ weighted, weighted.T @ target, support)
+            support = [j for j in range(len(coef)) if coef[j] > 0]
+            w = 1 / np.maximum(np.abs(design @ coef - target), _IRLS_FLOOR)
+        return float(np.abs(np.log((roof + cols @ coef) / y)).sum()), (bw, kv_bw, fl), coef
+
+    def near(grid: Sequence[float], centre: float, reach: float) -> list[float]:
+        return [v for v in grid if abs(v - centre) <= reach + 1e-9]
+
+    # coarse: every 0.1 of each share; then ±0.05 around the best in steps of 0.02 (η_w, η_kv)
+    # and 0.05 (η_F); then ±0.01 in steps of 0.01
+    tried = [solve(bw, kv_bw, fl) for bw in BANDWIDTH_GRID[::10]
+             for kv_bw in KV_BANDWIDTH_GRID[::10] for fl in COMPUTE_GRID[::2]]
+    for reach, stride, fl_reach in ((0.05, 2, 0.05), (0.01, 1, 0.05)):
+        centre = min(tried, key=lambda r: r[0])[1]
+        tried += [solve(bw, kv_bw, fl) for bw in near(BANDWIDTH_GRID, centre[0], reach)[::stride]
+                  for kv_bw in near(KV_BANDWIDTH_GRID, centre[1], reach)[::stride]
+                  for fl in near(COMPUTE_GRID, centre[2], fl_reach)]
+    _, (bw, kv_bw, fl), coef = min(tried, key=lambda r: r[0])
+    values = dict(zip(names, coef))
+    return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl,
+                      step_s=tuple((n.split(":", 1)[1], float(values[n])) for n in names
+                                   if n.startswith("step:")),
+                      block_s=tuple((k, float(values[f"block:{k}"])) for k in BLOCK_KINDS),
+                      communication=True, source="kvlib.calibrate.fit")
+
+
+def rounded(eff: Efficiency) -> Efficiency:
+    """``eff`` as ``roofline.CALIBRATED`` stores it: step costs to 1 µs, block costs to 0.1 µs."""
+    return Efficiency(
+        "calibrated (data/throughput.csv, train half)", bandwidth=eff.bandwidth,
+        kv_bandwidth=eff.kv_bandwidth, compute=eff.compute,
+        step_s=tuple((k, round(v * 1e6) / 1e6) for k, v in eff.step_s),
+        block_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.block_s),
+        communication=eff.communication, source=eff.source)
+
+
+def fit_train_half() -> Efficiency:
+    """``fit`` on the train half of the modern decode points, rounded as
+    ``roofline.CALIBRATED`` stores it (tests/test_calibrate.py checks the two agree)."""
+    pts = speed_points()
+    train = pts[pts["role"] == "train"]
+    every = _all_parts()
+    return rounded(fit({i: every[i] for i in train.index}, train["value"].to_dict()))
+
+
+# --- errors --------------------------------------------------------------------------------
+
+def validate(efficiency: Efficiency | None = None) -> pd.DataFrame:
+    """Every point predicted with ``efficiency`` (default ``roofline.CALIBRATED``) and with the
+    datasheet roofline: the point's columns plus ``batch`` (the decode batch used),
+    ``predicted``, ``error`` (predicted ÷ measured − 1), ``datasheet``, ``datasheet_error`` and
+    ``batch_range``."""
+    eff = roofline.CALIBRATED if efficiency is None else efficiency
+    pts = speed_points()
+    every = _all_parts()
+    out = pts.copy()
+    out["batch"] = [every[i].batch for i in pts.index]
+    out["predicted"] = [every[i].predict(eff) for i in pts.index]
+    out["datasheet"] = [every[i].predict(roofline.DATASHEET) for i in pts.index]
+    out["error"] = out["predicted"] / out["value"] - 1
+    out["datasheet_error"] = out["datasheet"] / out["value"] - 1
+    out["batch_range"] = out["concurrency"].map(batch_range)
+    return out
+
+
+def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Points, median |error|, the 10th and 90th percentile of the signed error, the worst
+    |error| and the share beyond 40 %, for all ``results`` or per ``by`` group."""
+    groups: list[tuple[Any, pd.DataFrame]] = [("all", results)]
+    if by:
+        groups = list(results.groupby(list(by), observed=True))
+    rows = []
+    for key, grp in groups:
+        err = grp["error"]
+        label = key if not isinstance(key, tuple) or len(key) > 1 else key[0]
+        rows.append({**({"group": label} if by else {}), "n": len(grp),
+                     "median_abs_error": float(err.abs().median()),
+                     "p10": float(err.quantile(0.1)), "p90": float(err.quantile(0.9)),
+                     "worst_abs_error": float(err.abs().max()),
+                     "beyond_40": float((err.abs() > 0.4).mean())})
+    return pd.DataFrame(rows)
+
+
+def leave_one_source_out(groups: Sequence[str] | None = None) -> pd.DataFrame:
+    """For each source group of the modern decode points (or each of ``groups``): refit on every
+    other group's points (both halves) and predict the left-out group. One row per point:
+    ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
+    ``fitted_without`` (the points the refit used)."""
+    pts = speed_points()
+    decode = pts[pts["role"].isin(["train", "test"])]
+    every = _all_parts()
+    rows = []
+    known = sorted(decode["source_group"].unique())
+    unknown = sorted(set(groups or ()) - set(known))
+    if unknown:
+        raise KeyError(f"no modern decode points from {unknown}; sources: {known}")
+    for group in (known if groups is None else sorted(groups)):
+        rest = decode[decode["source_group"] != group]
+        eff = fit({i: every[i] for i in rest.index}, rest["value"].to_dict())
+        for i, p in decode[decode["source_group"] == group].iterrows():
+            pred = every[i].predict(eff)
+            rows.append({"id": i, "source_group": group, "engine": p["engine"], "tp": p["tp"],
+                         "value": p["value"], "predicted": pred, "error": pred / p["value"] - 1,
+                         "fitted_without": len(rest)})
+    return pd.DataFrame(rows).set_index("id")
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """The held-out error of the shipped model where a case sits: tensor-parallel degree
+    ``tp`` and batch range ``batch_range`` (wider when that cell has fewer than
+    ``MIN_BAND_POINTS`` points: ``scope`` says which points were used).
+
+    n: held-out points; median_abs_error; low / high: the 10th and 90th percentile of
+    predicted ÷ measured − 1 of time per output token. A predicted speed ``r`` then spans
+    ``r·(1 + low)`` … ``r·(1 + high)`` (speed is 1 ÷ time), a predicted cost ``c`` spans
+    ``c ÷ (1 + high)`` … ``c ÷ (1 + low)``.
+    """
+
+    tp: int
+    batch_range: str
+    scope: str
+    n: int
+    median_abs_error: float
+    low: float
+    high: float
+
+    def speed_range(self, tokens_per_s: float) -> tuple[float, float]:
+        """(low, high) of a predicted rate, in its unit."""
+        return tokens_per_s * (1 + self.low), tokens_per_s * (1 + self.high)
+
+    def cost_range(self, dollars: float) -> tuple[float, float]:
+        """(low, high) of a predicted cost per token, in its unit."""
+        return dollars / (1 + self.high), dollars / (1 + self.low)
+
+
+#: Fewest held-out points a (TP, batch range) cell needs to give its own band.
+MIN_BAND_POINTS = 10
+#: Tensor-parallel degrees the band table covers; any other degree gets the all-points band.
+BAND_TP_DEGREES = (1, 2, 4, 8)
+#: Where ``write_error_bands`` stores the table ``error_band`` reads.
+BANDS_FILE = "speed_error_bands.csv"
+
+
+def error_bands(results: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The band of every (TP, batch range) cell from held-out decode points (``validate()``
+    by default): the test-half points of that TP and batch range; with fewer than
+    ``MIN_BAND_POINTS``, the test points of that batch range at every TP; then every test point
+    at that TP; then every test point (the row with ``tp`` 0). Columns: tp, batch_range, scope,
+    n, median_abs_error, low, high."""
+    res = validate() if results is None else results
+    test = res[res["role"] == "test"]
+
+    def summary(sel: pd.DataFrame, scope: str) -> dict[str, Any]:
+        err = sel["error"]
+        return {"scope": scope, "n": len(sel),
+                "median_abs_error": round(float(err.abs().median()), 4),
+                "low": round(float(err.quantile(0.1)), 4),
+                "high": round(float(err.quantile(0.9)), 4)}
+
+    rows = [{"tp": 0, "batch_range": "", **summary(test, "every held-out point")}]
+    for tp in BAND_TP_DEGREES:
+        for lo, _ in BATCH_RANGES:
+            label = batch_range(lo)
+            choices = [(test[(test["tp"] == tp) & (test["batch_range"] == label)],
+                        f"TP {tp}, batch {label}"),
+                       (test[test["batch_range"] == label], f"every TP, batch {label}"),
+                       (test[test["tp"] == tp], f"TP {tp}, every batch"),
+                       (test, "every held-out point")]
+            sel, scope = next((c for c in choices if len(c[0]) >= MIN_BAND_POINTS), choices[-1])
+            rows.append({"tp": tp, "batch_range": label, **summary(sel, scope)})
+    return pd.DataFrame(rows)
+
+
+def write_error_bands() -> None:
+    """Regenerate ``data/<BANDS_FILE>`` from the measurements (after a refit or new data)."""
+    error_bands().to_csv(data_dir() / BANDS_FILE, index=False)
+
+
+@lru_cache(maxsize=None)
+def _bands(mtime: float) -> pd.DataFrame:
+    return pd.read_csv(csv_path(BANDS_FILE), keep_default_na=False, dtype={"batch_range": str})
+
+
+def error_band(tp: int, batch: int) -> ErrorBand:
+    """The held-out error band of ``roofline.CALIBRATED`` for ``tp`` GPUs at decode ``batch``,
+    from ``data/speed_error_bands.csv`` (``error_bands``; tests/test_calibrate.py checks it is
+    current). A degree outside ``BAND_TP_DEGREES`` gets the band of every held-out point."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    return _band(tp, batch_range(batch), (data_dir() / BANDS_FILE).stat().st_mtime)
+
+
+@lru_cache(maxsize=None)
+def _band(tp: int, label: str, mtime: float) -> ErrorBand:
+    table = _bands(mtime)
+    cell = table[(table["tp"] == tp) & (table["batch_range"] == label)]
+    if cell.empty:
+        cell = table[table["tp"] == 0]
+    r = cell.iloc[0]
+    return ErrorBand(tp=tp, batch_range=label, scope=str(r["scope"]), n=int(r["n"]),
+                     median_abs_error=float(r["median_abs_error"]), low=float(r["low"]),
+                     high=float(r["high"]))

@@ -1,0 +1,276 @@
+"""The book's own memory error: ``kv_pool`` against engine start-up logs.
+
+Every start-up log of ``data/engine_logs.csv`` that names a registry model and GPU is predicted
+with ``validation.log_pool`` (``kv_pool`` from the log's own settings) — the available KV memory, or
+the KV tokens, or the weights, whichever the log prints — and every log that prints both its KV
+memory and its KV tokens also gets the block arithmetic alone checked (tokens from the logged
+memory). Errors are ``predicted ÷ logged − 1``. The speed model's error lives with its fit, in
+:mod:`kvlib.calibrate`.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..engines import capacity
+from ..engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool, kv_pool
+from ..deployment import Deployment
+from ..core.data import csv_path
+from ..hardware.gpus import load_gpu
+from ..model.weights import params_for
+from ..model.registry import load_model
+from ..core.units import GIB
+
+
+# --- the overheads, fitted on public start-up logs ----------------------------------------------------
+
+def engine_logs() -> pd.DataFrame:
+    """``data/engine_logs.csv``: public serving-engine start-up logs, one per row (``id``)."""
+    return pd.read_csv(csv_path("engine_logs.csv"), dtype=str,
+                       keep_default_na=False).set_index("id")
+
+
+def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool = True) -> Pool:
+    """The pool kvlib predicts for one start-up log of ``data/engine_logs.csv``.
+
+    Uses the log's model, GPU (its logged CUDA total when printed), tensor-parallel degree,
+    utilization, profiled batch and sampled rows; with ``use_logged_weights`` the logged
+    "Model loading took" replaces the computed weights (isolating the overhead terms).
+    """
+    logs = engine_logs()
+    if log_id not in logs.index:
+        raise KeyError(f"unknown engine log {log_id!r} (see data/engine_logs.csv)")
+    row = logs.loc[log_id]
+    if not row["model_slug"] or not row["gpu_slug"]:
+        raise ValueError(f"engine log {log_id} names no registry model and GPU: "
+                         f"{row['calibration_note'] or 'not predictable'}")
+    gpu = load_gpu(row["gpu_slug"])
+    total = _num(row["total_gpu_memory_gib"])
+    if total is not None:
+        gpu = replace(gpu, memory_bytes_runtime=round(total * GIB))
+    weights = _num(row["model_weights_gib"]) if use_logged_weights else None
+    kv_dtype = row["kv_cache_dtype"] or "bf16"
+    d = Deployment(row["model_slug"], gpu, tp=int(row["tp"] or row["n_gpus"] or 1),
+                   weights=row["weight_format"] or "bf16", kv=kv_dtype,
+                   gpu_memory_utilization=float(row["gpu_memory_utilization"] or 0.9),
+                   max_num_batched_tokens=int(row["max_num_batched_tokens"] or 8192),
+                   max_num_seqs=int(row["max_num_seqs"]) if row["max_num_seqs"] else None)
+    return kv_pool(d, overheads=overheads,
+                   weights_bytes_per_gpu=None if weights is None else round(weights * GIB))
+
+
+def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
+    """Predicted against reported, for every log of ``engine_logs.csv`` kvlib can predict.
+
+    Columns: weights (computed vs logged, GiB), available KV memory (predicted with the logged
+    weights where the log has them, vs logged, GiB), KV tokens (predicted vs logged) and the
+    relative errors; ``use`` is the row's calibration role (fit / validate / weights / history).
+    """
+    logs = engine_logs()
+    rows = []
+    for log_id, row in logs.iterrows():
+        if row["calibration"] not in ("fit", "validate", "weights", "history"):
+            continue
+        computed = log_pool(log_id, overheads, use_logged_weights=False)
+        pool = log_pool(log_id, overheads, use_logged_weights=True)
+        rep_w, rep_a, rep_t = (_num(row["model_weights_gib"]), _num(row["available_kv_gib"]),
+                               _num(row["kv_cache_tokens"]))
+        pred_a = pool.available_kv_bytes / GIB
+        rows.append({
+            "id": log_id, "use": row["calibration"], "model": row["model_slug"],
+            "gpu": row["gpu_slug"], "tp": pool.n_gpus, "utilization": pool.gpu_memory_utilization,
+            "engine": row["engine_version"],
+            "weights_gib_computed": computed.weights_bytes_per_gpu / GIB,
+            "weights_gib_logged": rep_w,
+            "weights_error": (computed.weights_bytes_per_gpu / GIB / rep_w - 1) if rep_w else None,
+            "available_gib_predicted": pred_a if row["calibration"] != "weights" else None,
+            "available_gib_logged": rep_a,
+            "available_error_gib": (pred_a - rep_a) if rep_a is not None and row[
+                "calibration"] != "weights" else None,
+            "tokens_predicted": pool.tokens if row["calibration"] != "weights" else None,
+            "tokens_logged": int(rep_t) if rep_t is not None else None,
+            "tokens_error": (pool.tokens / rep_t - 1) if rep_t else None,
+            "source": row["source_url"],
+        })
+    return pd.DataFrame(rows).set_index("id")
+
+
+def _fit_inputs(forward_factor: float) -> list[dict[str, float]]:
+    """Per fit log: the measured overhead (budget − weights − available) and its terms."""
+    probe = Overheads("probe", forward_factor, 1.0, 0, 0)
+    logs = engine_logs()
+    out = []
+    for log_id, row in logs.iterrows():
+        if row["calibration"] != "fit" or not row["available_kv_gib"]:
+            continue
+        pool = log_pool(log_id, probe, use_logged_weights=True)
+        measured = (pool.budget_bytes - pool.weights_bytes_per_gpu
+                    - _num(row["available_kv_gib"]) * GIB)
+        out.append({"id": log_id, "measured": measured, "forward": pool.activation_forward_bytes,
+                    "sampler_per_copy": pool.activation_sampler_bytes, "tp": pool.n_gpus})
+    return out
+
+
+def fit_forward_factor() -> float:
+    """``forward_factor`` from the fit logs that print their activation peak at two batch sizes
+    for the same model and GPU (the slope of peak against batched tokens)."""
+    logs = engine_logs()
+    rows = logs[(logs["calibration"] == "fit") & (logs["activation_peak_gib"] != "")]
+    for (_model, _gpu), grp in rows.groupby(["model_slug", "gpu_slug"]):
+        mnbt = grp["max_num_batched_tokens"].astype(int)
+        if mnbt.nunique() < 2:
+            continue
+        lo, hi = grp.loc[mnbt.idxmin()], grp.loc[mnbt.idxmax()]
+        probe = Overheads("probe", 1.0, 0.0, 0, 0)
+        p_lo = log_pool(lo.name, probe)
+        p_hi = log_pool(hi.name, probe)
+        slope_logged = (float(hi["activation_peak_gib"]) - float(lo["activation_peak_gib"])) * GIB
+        return slope_logged / (p_hi.activation_forward_bytes - p_lo.activation_forward_bytes)
+    raise ValueError("no fit logs give the activation peak at two batch sizes")
+
+
+def fit_overheads(forward_factor: float | None = None) -> Overheads:
+    """Least-squares fit of ``sampler_copies``, ``non_torch_bytes`` and ``non_torch_tp_bytes``
+    to the fit logs' measured overhead (budget − weights − available), for a given
+    ``forward_factor`` (default: ``fit_forward_factor()``); sampler copies on a 0.05 grid."""
+    k_fwd = fit_forward_factor() if forward_factor is None else forward_factor
+    data = _fit_inputs(k_fwd)
+    measured = np.array([d["measured"] for d in data])
+    tp_on = np.array([1.0 if d["tp"] > 1 else 0.0 for d in data])
+    design = np.column_stack([np.ones(len(data)), tp_on])
+    best = None
+    for k_s in np.arange(0.0, 20.0001, 0.05):
+        act = np.array([max(d["forward"], k_s * d["sampler_per_copy"]) for d in data])
+        coef, *_ = np.linalg.lstsq(design, measured - act, rcond=None)
+        coef = np.maximum(coef, 0.0)
+        sse = float(((measured - act - design @ coef) ** 2).sum())
+        if best is None or sse < best[0] - 1e-6:
+            best = (sse, float(k_s), coef)
+    _, k_s, (n0, ntp) = best
+    return Overheads(name="vllm (refit)", forward_factor=round(k_fwd, 3),
+                     sampler_copies=round(k_s, 2), non_torch_bytes=int(n0),
+                     non_torch_tp_bytes=int(ntp), source="kvlib.fit.validation.fit_overheads")
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+def _num(value: Any) -> float | None:
+    text = str(value).strip()
+    return float(text) if text else None
+
+
+def is_dense(model_slug: str) -> bool:
+    """True for a model with plain MHA/GQA/MQA attention in every layer and no experts."""
+    model = load_model(model_slug)
+    return model.attention in ("MHA", "GQA", "MQA") and not params_for(model).n_experts
+
+
+def _layout_tokens(model_slug: str, available_bytes: int, tp: int, kv_dtype: str,
+                   block_size: int) -> int:
+    """KV tokens ``kv_pool`` makes of ``available_bytes`` on one GPU: the block arithmetic alone
+    (a GPU whose whole memory is the logged KV memory, no weights, no overheads)."""
+    gpu = replace(load_gpu("h100-sxm"), slug="logged-kv-memory",
+                  memory_bytes_runtime=int(available_bytes))
+    d = Deployment(model_slug, gpu, tp=tp, kv=kv_dtype, gpu_memory_utilization=1.0,
+                   block_size=block_size)
+    pool = capacity.kv_pool(d, overheads=NO_OVERHEADS, weights_bytes_per_gpu=0)
+    return pool.tokens
+
+
+def memory_validation(overheads: Overheads = VLLM) -> pd.DataFrame:
+    """One row per (start-up log, checked quantity): predicted, logged, relative error.
+
+    ``check`` is "full" (``kv_pool`` from the log's settings: available KV memory in GiB, else KV
+    tokens, else weights in GiB per GPU) or "layout" (KV tokens from the logged KV memory).
+    ``dense`` marks plain-attention models without experts; ``role`` is the log's role in
+    ``capacity``'s overhead fit ("fit" rows were used to fit the overheads); the logs of
+    ``data/validation/engine_logs.csv`` (role "validation only") reuse the settings of the
+    ``engine_logs.csv`` row named in ``same_settings_as``.
+    """
+    logs = engine_logs()
+    rows: list[dict[str, Any]] = []
+    for log_id, row in logs.iterrows():
+        if not row["model_slug"] or not row["gpu_slug"]:
+            continue
+        base = {"id": log_id, "model": row["model_slug"], "gpu": row["gpu_slug"],
+                "engine": row["engine"], "engine_version": row["engine_version"],
+                "tp": int(row["tp"] or row["n_gpus"] or 1), "role": row["calibration"],
+                "dense": is_dense(row["model_slug"]), "source": row["source_url"]}
+        logged_w, logged_a, logged_t = (_num(row["model_weights_gib"]), _num(row["available_kv_gib"]),
+                                        _num(row["kv_cache_tokens"]))
+        if row["calibration"] != "weights" and (logged_a is not None or logged_t is not None):
+            pool = log_pool(log_id, overheads, use_logged_weights=True)
+            if logged_a is not None:
+                rows.append({**base, "check": "full", "quantity": "available KV memory (GiB)",
+                             "predicted": pool.available_kv_bytes / GIB, "logged": logged_a})
+            else:
+                rows.append({**base, "check": "full", "quantity": "KV tokens",
+                             "predicted": float(pool.tokens), "logged": logged_t})
+        elif logged_w is not None:
+            pool = log_pool(log_id, overheads, use_logged_weights=False)
+            rows.append({**base, "check": "full", "quantity": "weights per GPU (GiB)",
+                         "predicted": pool.weights_bytes_per_gpu / GIB, "logged": logged_w})
+        if logged_a is not None and logged_t is not None and logged_a > 0:
+            rows.append({**base, "check": "layout", "quantity": "KV tokens from logged KV memory",
+                         "predicted": float(_layout_tokens(row["model_slug"], round(logged_a * GIB),
+                                                           base["tp"], row["kv_cache_dtype"] or "bf16",
+                                                           1 if row["engine"] == "sglang" else 16)),
+                         "logged": logged_t})
+    extra = pd.read_csv(csv_path("validation/engine_logs.csv"), dtype=str,
+                        keep_default_na=False)
+    for _, row in extra.iterrows():
+        base = {"id": row["id"], "model": row["model_slug"], "gpu": row["gpu_slug"],
+                "engine": row["engine"], "engine_version": row["engine_version"],
+                "tp": int(row["tp"]), "role": "validation only", "dense": is_dense(row["model_slug"]),
+                "source": row["source_url"]}
+        logged_a, logged_t = _num(row["available_kv_gib"]), _num(row["kv_cache_tokens"])
+        if row["same_settings_as"]:
+            pool = log_pool(row["same_settings_as"], overheads, use_logged_weights=True)
+            rows.append({**base, "check": "full", "quantity": "KV tokens",
+                         "predicted": float(pool.tokens), "logged": logged_t})
+        if logged_a is not None and logged_t is not None:
+            rows.append({**base, "check": "layout", "quantity": "KV tokens from logged KV memory",
+                         "predicted": float(_layout_tokens(row["model_slug"], round(logged_a * GIB),
+                                                           base["tp"], row["kv_cache_dtype"] or "bf16",
+                                                           int(row["block_size"] or 16))),
+                         "logged": logged_t})
+    out = pd.DataFrame(rows)
+    out["error"] = out["predicted"] / out["logged"] - 1
+    return out
+
+
+#: GPU blocks of vLLM's TP-4 Llama-2-70B pool before its December 2023 profiling fix (PR #2031:
+#: "Current main: # GPU blocks: 31615"), in 16-token blocks.
+PRE_PR2031_TOKENS = 31_615 * 16
+
+
+def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
+    """Why each memory row of the book's logs misses by more than 10 % (and each dense row by
+    more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
+    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), and
+    a 2023 engine's profiler (el30, vl02)."""
+    logs = engine_logs()
+    nontorch_gib = overheads.non_torch_bytes / GIB
+
+    def nontorch(log_id: str) -> str:
+        logged = float(logs.loc[log_id, "non_torch_gib"])
+        pool = float(logs.loc[log_id, "available_kv_gib"])
+        return (f"a 24 GB RTX 3090 whose log prints {logged:.2f} GiB of non-torch memory, where "
+                f"kvlib's calibrated constant is {nontorch_gib:.2f} GiB (fitted mostly on H100 and "
+                f"A100 logs); {nontorch_gib - logged:.2f} GiB is a large share of a {pool:.2f} GiB "
+                f"pool")
+
+    weights_el07 = log_pool("el07", overheads, use_logged_weights=False).weights_bytes_per_gpu
+    el07 = (f"gpt-oss-120b at utilization 0.95 logs no weights, so kvlib's count of the MXFP4 "
+            f"checkpoint ({weights_el07 / GIB:.1f} GiB) stands in; the Marlin kernel path vLLM "
+            f"takes on Hopper held {float(logs.loc['el06', 'model_weights_gib']):.1f} GiB in el06, "
+            f"and that miss lands on a {float(logs.loc['el07', 'available_kv_gib']):.2f} GiB pool")
+    post_fix = float(logs.loc["el30", "kv_cache_tokens"])
+    profiler = (f"vLLM's December 2023 profiling fix (PR #2031) cut this TP-4 pool from "
+                f"{PRE_PR2031_TOKENS:,} to {post_fix:,.0f} tokens by charging NCCL memory outside "
+                f"torch; kvlib models today's profiler and lands between the two")
+    return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
+            "el30": profiler, "vl02": profiler}

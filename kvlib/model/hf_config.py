@@ -1,0 +1,977 @@
+"""The one reader of a Hugging Face ``config.json``: a typed, immutable architecture record.
+
+``read_config(config, name)`` turns a published config (as a dict) into an :class:`Architecture`:
+one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
+shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet), the MLP/MoE shapes,
+vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.params`` (the
+parameter counts), ``kvlib.capacity`` (the activation width, the vocabulary) and
+``kvlib.crosscheck`` all work from this record; no other module reads config keys.
+
+Field spellings follow what transformers reads (``n_head``/``num_attention_heads``, ...); where a
+published config omits a field that transformers fills in with a class default, the default is
+applied here, once, with the transformers file it comes from. A field that is present but not a
+positive integer, or a layer pattern that disagrees with ``num_hidden_layers``, raises ValueError
+naming the model and the field.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ..core.checks import integer, number, positive_integer
+from ..core.units import HF_DTYPE_NAMES
+
+#: The most decoder layers a config may declare. Far above any published decoder (Llama-3.1-405B
+#: has 126); a larger count is refused at once instead of building millions of layer records.
+MAX_LAYERS = 10_000
+
+Mixer = Literal["full", "sliding", "chunked", "mla", "mamba1", "mamba2", "gated_deltanet",
+                "parallel", "none"]
+FeedForwardKind = Literal["dense", "moe", "none"]
+
+#: transformers class defaults for fields some published configs omit: Gemma-3's text config has
+#: no ``vocab_size`` (``Gemma3TextConfig``: 262,208), no ``hidden_activation`` and no
+#: ``max_position_embeddings`` (131,072, which vLLM then reads from the loaded config)
+#: (transformers 5.24.0, models/gemma3/configuration_gemma3.py).
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh",
+                    "max_position_embeddings": 131_072},
+}
+
+_LAYER_TYPE_NAMES: dict[str, Mixer] = {
+    "full_attention": "full", "attention": "full", "global": "full",
+    "sliding_attention": "sliding", "sliding_window": "sliding", "local": "sliding",
+    "chunked_attention": "chunked", "linear_attention": "gated_deltanet", "mamba": "mamba2",
+}
+#: model types whose Mamba layers are Mamba-1 (selective scan over d_inner channels, no heads).
+_MAMBA1_TYPES = ("jamba", "falcon_mamba", "mamba")
+#: Nemotron-H ``hybrid_override_pattern``: M Mamba-2, * attention, - MLP, E MoE; each character is a
+#: block holding a mixer or a feed-forward part, never both.
+_NEMOTRON_BLOCKS: dict[str, tuple[Mixer, FeedForwardKind]] = {
+    "M": ("mamba2", "none"), "*": ("full", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
+#: Fields that change what is cached in ways kvlib does not model, with what they describe: a
+#: config that sets one is refused rather than silently mis-sized.
+REFUSED_KEYS: dict[str, str] = {
+    "hybrid_layer_pattern": "MiMo-V2's per-layer attention kinds with their own geometry",
+    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (MiMo-V2)",
+    "swa_head_dim": "a separate head dim for the sliding-window layers (MiMo-V2)",
+    "global_head_dim": "a separate head dim for the global layers (Gemma-4)",
+    "num_global_key_value_heads": "a separate KV-head count for the global layers (Gemma-4)",
+    "attention_k_eq_v": "keys reused as values (Gemma-4)",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n)",
+    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "attn_layer_indices": "Falcon-H1 attention on only some layers (vLLM puts it on every layer)",
+}
+
+
+#: Every config key the reader interprets (``_Fields`` refuses to read any other).
+READ_KEYS = frozenset({
+    # identity, layer count and layer pattern
+    "_name_or_path", "model_type", "text_config", "num_hidden_layers", "n_layer", "num_layers",
+    "layer_types", "hybrid_override_pattern", "full_attention_interval",
+    "sliding_window_pattern", "use_sliding_window", "max_window_layers", "sliding_window",
+    "sliding_window_size",
+    # softmax attention
+    "hidden_size", "d_model", "n_embd", "n_embed", "num_attention_heads", "n_head", "num_heads",
+    "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim",
+    "attention_bias", "qkv_bias", "bias", "use_qk_norm", "qk_norm_type", "attn_output_gate",
+    # MLA and the DeepSeek-V3.2 indexer
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "index_n_heads", "index_head_dim", "index_topk",
+    # chunked local attention (Llama-4)
+    "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
+    # recurrent mixers: Mamba-2 (Nemotron-H spelling, then Falcon-H1/Granite-4.0-H spelling)
+    "mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel",
+    "use_conv_bias", "mamba_proj_bias", "use_bias", "mamba_n_heads", "mamba_d_head",
+    "mamba_d_state", "mamba_n_groups", "mamba_d_conv", "mamba_conv_bias", "mamba_d_ssm",
+    "mamba_expand", "mamba_rms_norm", "projectors_bias",
+    # Mamba-1 (Jamba spelling, Falcon-Mamba spelling) and Jamba's layer periods
+    "mamba_dt_rank", "state_size", "time_step_rank", "attn_layer_period", "attn_layer_offset",
+    "expert_layer_period", "expert_layer_offset",
+    # Gated DeltaNet
+    "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    # feed-forward blocks
+    "intermediate_size", "ffn_dim", "mlp_bias", "hidden_act", "hidden_activation",
+    "activation_function", "mlp_hidden_act", "num_local_experts", "num_experts",
+    "n_routed_experts", "num_experts_per_tok", "experts_per_token", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+    "shared_intermediate_size", "n_shared_experts", "mlp_only_layers", "first_k_dense_replace",
+    "decoder_sparse_step", "moe_layer_freq", "use_routing_bias", "topk_method",
+    "interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
+    # embeddings, norms, dtypes, checkpoint
+    "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
+    "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
+    "mamba_ssm_dtype", "quantization_config",
+    # multi-token prediction (noted as not counted)
+    "num_nextn_predict_layers", "mtp_num_hidden_layers", "use_mtp",
+    # the longest context an engine accepts (vLLM's derived max_model_len)
+    "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions",
+    "max_sequence_length", "max_seq_length", "seq_len", "rope_scaling", "rope_parameters",
+})
+
+_TRAINING = "training only (dropout, initialisation, auxiliary losses)"
+_NUMERICS = "numerics that change no shape (norm epsilons, RoPE, soft-capping, routing scales)"
+_METADATA = "metadata, token ids or a kernel choice: no shape"
+_MULTIMODAL = "multimodal wrapper: the vision tower is not described (text_config only)"
+#: Config keys the reader deliberately ignores, with the reason: none changes what is cached or
+#: the parameter count. tests/test_hf_config.py checks that every key of every registry config is
+#: in ``READ_KEYS`` or here, so a new key is a decision, not an accident.
+IGNORED_KEYS: dict[str, str] = {
+    **dict.fromkeys(("attention_dropout", "activation_dropout", "dropout", "hidden_dropout",
+                     "layerdrop", "initializer_range", "init_std", "rescale_prenorm_residual",
+                     "aux_loss_alpha", "router_aux_loss_coef", "output_router_logits", "seq_aux",
+                     "ep_size", "pretraining_tp", "time_step_floor", "time_step_max",
+                     "time_step_min", "time_step_init_scheme"), _TRAINING),
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "norm_eps", "rope_theta",
+                     "partial_rotary_factor", "rotary_dim",
+                     "use_mrope", "initial_context_length", "attn_logit_softcapping",
+                     "final_logit_softcapping", "query_pre_attn_scalar", "swiglu_limit",
+                     "routed_scaling_factor", "scoring_func", "norm_topk_prob", "n_group",
+                     "topk_group", "residual_in_fp32", "mamba_hidden_act", "alibi",
+                     "attention_softmax_in_fp32", "mixer_rms_eps", "time_step_scale",
+                     "time_step_limit", "mamba_norm_before_gate", "attn_temperature_tuning",
+                     "floor_scale", "attn_scale", "embedding_multiplier", "lm_head_multiplier",
+                     "key_multiplier", "mlp_multipliers", "ssm_multipliers", "ssm_in_multiplier",
+                     "ssm_out_multiplier", "attention_in_multiplier", "attention_out_multiplier",
+                     "logits_scaling", "residual_multiplier", "attention_multiplier",
+                     "position_embedding_type"), _NUMERICS),
+    **dict.fromkeys(("architectures", "transformers_version", "auto_map", "use_cache",
+                     "bos_token_id", "eos_token_id", "pad_token_id", "num_logits_to_keep",
+                     "use_mamba_kernels", "prefix", "masked_softmax_fusion",
+                     "slow_but_exact"), _METADATA),
+    **dict.fromkeys(("vision_config", "image_token_id", "image_token_index", "video_token_id",
+                     "vision_start_token_id", "vision_end_token_id", "boi_token_index",
+                     "eoi_token_index", "mm_tokens_per_image"), _MULTIMODAL),
+    **dict.fromkeys(("mtp_transformer_layers", "mtp_use_dedicated_embeddings",
+                     "num_mtp_modules"), "multi-token-prediction modules: loaded only for "
+                    "speculative decoding, not counted"),
+    "cache_implementation": "transformers' cache class; kvlib reads the layer pattern itself",
+    "chunk_size": "Nemotron-H: the Mamba-2 scan's chunk length (compute only, no cache)",
+    "mamba_chunk_size": "Falcon-H1, Granite-4.0-H: the Mamba-2 scan's chunk length (compute "
+                        "only; vLLM's prefix-caching block size is not modelled)",
+    "expand": "Nemotron-H: Mamba-2 expansion; the inner width is mamba_num_heads × mamba_head_dim",
+    "parallel_attn": "Falcon's parallel attention/MLP block: same shapes (norms follow the "
+                     "RW/new-decoder convention)",
+    "apply_residual_connection_post_layernorm": "residual wiring: no shape",
+    "do_layer_norm_before": "OPT: norm placement, same norms",
+    "output_projection": "OPT: its LM head (tie_word_embeddings says whether it is shared)",
+}
+
+#: An unknown key whose name matches this looks like it describes a cache layout (a window, a
+#: chunk, a recurrent state, a layer pattern, a latent, a KV-sharing scheme): it is refused.
+CACHE_RELATED = re.compile(
+    r"window|chunk|mamba|ssm|state|linear_|hybrid|layer_type|lora|index_|swa|kv|key_value|"
+    r"attn_layer|attention_layer|attention_type|local|global|sparse|nope|conv|cache|compress|"
+    r"latent|recurr|delta|block_|pattern|period|offset|sink|head_dim|heads")
+
+
+# --- the record -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer: its token mixer and its feed-forward block.
+
+    mixer: ``full``/``sliding``/``chunked`` softmax attention (all tokens, a sliding window,
+    or the current chunk of ``attention_chunk_size`` tokens), ``mla`` latent attention,
+    ``mamba1``/``mamba2``/``gated_deltanet`` recurrent mixers, ``parallel`` (softmax attention
+    and a Mamba-2 mixer side by side, Falcon-H1), ``none`` (an MLP/MoE-only block); ffn:
+    ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block).
+    """
+
+    mixer: Mixer
+    ffn: FeedForwardKind
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Softmax attention shared by the attention layers (MHA/GQA/MQA, full or windowed).
+
+    n_heads: query heads; n_kv_heads: KV heads (K); head_dim: H; sliding_window: W of the
+    ``sliding`` layers (tokens), None without one; chunk_size: the chunk of the ``chunked``
+    layers (Llama-4 ``attention_chunk_size``); qkv_bias/o_bias: projection biases; qk_norm:
+    ``per_head`` (a norm of H values on q and on k) or ``per_layer`` (over all heads, MiniMax);
+    sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
+    (Qwen3-Next/3.5: q projection twice as wide).
+    """
+
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    sliding_window: int | None = None
+    chunk_size: int | None = None
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: Literal["per_head", "per_layer"] | None = None
+    sinks: bool = False
+    output_gate: bool = False
+
+
+@dataclass(frozen=True)
+class Indexer:
+    """DeepSeek-V3.2's lightning indexer: n_heads query heads of head_dim, top-k selection."""
+
+    n_heads: int
+    head_dim: int
+    topk: int | None = None
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): n_heads query heads, an optional
+    q low-rank (q_lora_rank), the KV latent (kv_lora_rank), per-head no-RoPE and RoPE q/k dims,
+    the per-head V dim, and the V3.2 indexer when present."""
+
+    n_heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int | None
+    qk_rope_head_dim: int
+    v_head_dim: int | None
+    indexer: Indexer | None = None
+
+
+@dataclass(frozen=True)
+class Mamba1:
+    """A Mamba-1 mixer (Jamba, Falcon-Mamba): d_inner channels, state_size per channel, a causal
+    conv of conv_kernel taps (+ conv_bias), a dt projection of rank dt_rank, projection biases,
+    and (Jamba) RMS norms on dt, B and C (bcdt_norms)."""
+
+    d_inner: int
+    state_size: int
+    conv_kernel: int
+    dt_rank: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+    bcdt_norms: bool = False
+
+
+@dataclass(frozen=True)
+class Mamba2:
+    """A Mamba-2 mixer (Nemotron-H, Falcon-H1, Granite-4.0-H): n_heads × head_dim = d_inner
+    channels, state_size per head, n_groups B/C groups, a causal conv of conv_kernel taps
+    (+ conv_bias), biases on the input (proj_bias) and output (out_bias) projections, a gated RMS
+    norm over d_inner (gated_norm)."""
+
+    n_heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    conv_bias: bool = True
+    proj_bias: bool = False
+    out_bias: bool = False
+    gated_norm: bool = True
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    """A Gated DeltaNet linear-attention mixer (Qwen3-Next, Qwen3.5)."""
+
+    n_k_heads: int
+    n_v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+
+
+@dataclass(frozen=True)
+class MLP:
+    """The dense feed-forward block: intermediate size (None when the config gives none),
+    gated (three matrices, SiLU/GELU-gated) or not (two), with biases or not."""
+
+    intermediate_size: int | None
+    gated: bool
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Routed experts: n_experts per MoE layer, experts_per_token used, each of
+    intermediate_size (gated like the MLP); shared experts of shared_intermediate_size in total
+    (None: none), with a sigmoid gate (shared_gate); a router bias; expert biases (gpt-oss)."""
+
+    n_experts: int
+    experts_per_token: int
+    intermediate_size: int | None
+    shared_intermediate_size: int | None = None
+    shared_gate: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Everything kvlib reads from one config, typed and immutable.
+
+    name: display name; model_type: the config's ``model_type`` ("" when absent); layers: one
+    LayerSpec per decoder layer; hidden_size (None when absent: models sized from explicit head
+    dims need none); vocab_size; tie_word_embeddings; embed_dim: embedding width (OPT's
+    ``word_embed_proj_dim``; else hidden); learned_positions: a learned position table (OPT;
+    RoPE/ALiBi models have none); attention, mla, mamba1, mamba2, gated_deltanet: the shared
+    geometry of each mixer kind present (None otherwise); mlp, moe: the feed-forward shapes;
+    layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a bias (two vectors
+    per norm); final_norm: a norm after the last layer (OPT may drop it); embedding_norm: a norm
+    right after the embedding (BLOOM); dtype: the checkpoint dtype (``torch_dtype``); ssm_dtype: the
+    recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
+    max_position_embeddings; max_model_len: the longest context vLLM accepts without an
+    override (``_max_model_len``; None when the config names no length); notes: what the
+    parameter count leaves out.
+    """
+
+    name: str
+    model_type: str
+    layers: tuple[LayerSpec, ...]
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = True
+    embed_dim: int | None = None
+    learned_positions: bool = False
+    attention: Attention | None = None
+    mla: MLA | None = None
+    mamba1: Mamba1 | None = None
+    mamba2: Mamba2 | None = None
+    gated_deltanet: GatedDeltaNet | None = None
+    mlp: MLP | None = None
+    moe: MoE | None = None
+    layer_norms: int = 2
+    norm_bias: bool = False
+    final_norm: bool = True
+    embedding_norm: bool = False
+    dtype: str | None = None
+    ssm_dtype: str | None = None
+    quant_method: str | None = None
+    max_position_embeddings: int | None = None
+    max_model_len: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers (L)."""
+        return len(self.layers)
+
+    @property
+    def query_heads(self) -> int | None:
+        """Query heads of the attention layers (MLA or softmax), None without attention."""
+        if self.mla is not None:
+            return self.mla.n_heads
+        return self.attention.n_heads if self.attention is not None else None
+
+    @property
+    def mixers(self) -> frozenset[str]:
+        """The mixer kinds present."""
+        return frozenset(spec.mixer for spec in self.layers)
+
+
+# --- field access -----------------------------------------------------------------------------
+
+class _Fields:
+    """A config dict with look-ups that raise ValueError naming the model and the field."""
+
+    def __init__(self, cfg: Mapping[str, Any], model: str) -> None:
+        self.cfg, self.model = cfg, model
+        self.defaults = _FAMILY_DEFAULTS.get(str(cfg.get("model_type")), {})
+
+    def has(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in READ_KEYS:  # a programming error: every key read is listed
+            raise AssertionError(f"hf_config reads {key!r}, which READ_KEYS does not list")
+        value = self.cfg.get(key)
+        if value is None:
+            value = self.defaults.get(key)
+        return default if value is None else value
+
+    def field(self, key: str) -> str:
+        return f"{self.model}: config field {key!r}"
+
+    def _int(self, key: str, minimum: int) -> int:
+        value = self.get(key)
+        if (isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral))
+                and math.isfinite(value) and float(value).is_integer()):
+            value = int(value)  # 32.0 (a float that is a whole number) reads as 32
+        bound = MAX_LAYERS if key in _LAYER_COUNT_KEYS else None
+        try:
+            return integer(self.field(key), value, minimum, bound)
+        except ValueError:
+            raise ValueError(f"{self.field(key)} must be an integer >= {minimum}"
+                             + (f" and <= {bound:,}" if bound else "")
+                             + f", got {value!r}") from None
+
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+        """The first of ``keys`` present, as an int >= ``minimum``; else ``default``."""
+        for key in keys:
+            if self.has(key):
+                return self._int(key, minimum)
+        if default is not None:
+            return default
+        raise ValueError(f"{self.model}: config field {' / '.join(map(repr, keys))} is missing")
+
+    def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
+        """The first of ``keys`` present, as an int; None when none is."""
+        for key in keys:
+            if self.has(key):
+                return self._int(key, minimum)
+        return None
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A true/false field (absent or null: ``default``); anything but a bool is refused."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{self.field(key)} must be true or false, got {value!r}")
+        return bool(value)
+
+    def int_list(self, key: str) -> tuple[int, ...]:
+        """A list of non-negative integers (e.g. layer indices); absent: empty."""
+        value = self.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{self.field(key)} must be a list of layer indices, got {value!r}")
+        return tuple(integer(f"{self.field(key)} entry", v, 0) for v in value)
+
+    def text(self, key: str) -> str | None:
+        value = self.get(key)
+        return None if value is None else str(value)
+
+
+_LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+
+
+def text_config(config: Mapping[str, Any]) -> Any:
+    """The language-model part of a config: ``text_config`` for multimodal wrappers."""
+    inner = config.get("text_config")
+    if isinstance(inner, Mapping) and inner.get("num_hidden_layers") is not None:
+        return inner
+    return config
+
+
+# --- layers -----------------------------------------------------------------------------------
+
+def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedForwardKind]]:
+    """The mixer of each layer (Nemotron-H: the (mixer, feed-forward) block of each layer)."""
+    if c.has("hybrid_override_pattern"):
+        pattern = c.get("hybrid_override_pattern")
+        if not isinstance(pattern, str):
+            raise ValueError(f"{c.field('hybrid_override_pattern')} must be a string of "
+                             f"{''.join(_NEMOTRON_BLOCKS)} characters, got {pattern!r}")
+        unknown = sorted(set(pattern) - set(_NEMOTRON_BLOCKS))
+        if unknown:
+            raise ValueError(f"{c.model}: hybrid_override_pattern has unknown characters {unknown}")
+        return _checked([_NEMOTRON_BLOCKS[ch] for ch in pattern], "hybrid_override_pattern",
+                        n_layers, c)
+    if c.has("layer_types"):
+        types = c.get("layer_types")
+        if not isinstance(types, (list, tuple)):
+            raise ValueError(f"{c.field('layer_types')} must be a list of layer type names, "
+                             f"got {types!r}")
+        bad = [t for t in types if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"{c.field('layer_types')} must hold layer type names (strings), "
+                             f"got {bad[0]!r}")
+        unknown = sorted({t for t in types if t not in _LAYER_TYPE_NAMES})
+        if unknown:
+            raise ValueError(f"{c.model}: layer_types has unknown entries {unknown}")
+        kinds = [_LAYER_TYPE_NAMES[t] for t in types]
+        if str(c.get("model_type")) in _MAMBA1_TYPES:
+            kinds = ["mamba1" if k == "mamba2" else k for k in kinds]
+        return _checked(kinds, "layer_types", n_layers, c)
+    model_type = str(c.get("model_type"))
+    if c.has("attn_layer_period") or model_type == "jamba":
+        # Jamba: attention where i % attn_layer_period == attn_layer_offset, Mamba-1 elsewhere
+        # (transformers JambaConfig.layers_block_type; defaults 8 and 4, as vLLM reads them)
+        period = c.int("attn_layer_period", default=8)
+        offset = c.int("attn_layer_offset", default=4, minimum=0)
+        if offset >= period:
+            raise ValueError(f"{c.model}: attn_layer_offset ({offset}) must be below "
+                             f"attn_layer_period ({period})")
+        return ["full" if i % period == offset else "mamba1" for i in range(n_layers)]
+    if model_type in ("falcon_mamba", "mamba"):  # a pure Mamba-1 stack: mixer-only blocks
+        return [("mamba1", "none")] * n_layers
+    if model_type == "falcon_h1":  # attention and Mamba-2 side by side in every layer
+        return ["parallel"] * n_layers
+    if c.has("attention_chunk_size"):
+        return _llama4_chunked(c, n_layers)
+    if c.has("full_attention_interval"):
+        every = c.int("full_attention_interval")
+        return ["full" if (i + 1) % every == 0 else "gated_deltanet" for i in range(n_layers)]
+    if c.has("sliding_window_pattern"):
+        pattern = c.get("sliding_window_pattern")
+        if isinstance(pattern, str):  # e.g. EXAONE-4 "LLLG": L local, G global, repeating
+            if not pattern or set(pattern) - {"L", "G"}:
+                raise ValueError(f"{c.model}: sliding_window_pattern {pattern!r} must use L and G")
+            return ["sliding" if pattern[i % len(pattern)] == "L" else "full"
+                    for i in range(n_layers)]
+        every = c.int("sliding_window_pattern")  # Gemma-3: every pattern-th layer is global
+        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(n_layers)]
+    if c.get("model_type") == "gemma3_text":
+        # Gemma-3: the published google/gemma-3-27b-it config.json has no sliding_window_pattern
+        # and no layer_types; transformers' Gemma3TextConfig supplies the pattern as a class
+        # default, kwargs.get("sliding_window_pattern", 6): every 6th layer global
+        # (transformers 5.24.0, models/gemma3/configuration_gemma3.py, __post_init__).
+        return ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n_layers)]
+    if c.get("model_type") == "gemma2":  # Gemma-2: even layers local, odd layers global
+        return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
+    if c.flag("use_sliding_window") and c.has("max_window_layers"):
+        # Qwen2 convention: layers from max_window_layers on use the window
+        first = c.int("max_window_layers")
+        return ["sliding" if i >= first else "full" for i in range(n_layers)]
+    if c.has("sliding_window"):  # Mistral-7B-v0.1: every layer windowed
+        return ["sliding"] * n_layers
+    return ["full"] * n_layers
+
+
+def _llama4_chunked(c: _Fields, n_layers: int) -> list[Mixer]:
+    """Llama-4: chunked local attention on the RoPE layers, full attention on the NoPE layers.
+
+    ``no_rope_layers[i]`` is 1 for a RoPE layer; without it transformers' Llama4TextConfig
+    builds it from ``no_rope_layer_interval`` (default 4): ``int((i + 1) % 4 != 0)``, so every
+    4th layer is NoPE (transformers 5.24.0, models/llama4/configuration_llama4.py). vLLM chunks a
+    layer iff it is not NoPE and ``attention_chunk_size`` is set (models/llama4.py).
+    """
+    if str(c.get("model_type")) not in ("llama4_text", "llama4"):
+        raise ValueError(f"{c.model}: config field 'attention_chunk_size' without layer_types: "
+                         "kvlib knows which layers are chunked only for Llama-4; refusing to "
+                         "guess the cache size")
+    if c.has("no_rope_layers"):
+        rope = c.int_list("no_rope_layers")
+        if set(rope) - {0, 1}:
+            raise ValueError(f"{c.field('no_rope_layers')} must hold 0 (NoPE) or 1 (RoPE) per "
+                             f"layer, got {sorted(set(rope))}")
+    else:
+        every = c.int("no_rope_layer_interval", default=4)
+        rope = tuple(int((i + 1) % every != 0) for i in range(n_layers))
+    return _checked(["chunked" if r else "full" for r in rope], "no_rope_layers", n_layers, c)
+
+
+def _checked(kinds: list, source: str, n_layers: int, c: _Fields) -> list:
+    if len(kinds) != n_layers:
+        raise ValueError(f"{c.model}: {source} describes {len(kinds)} layers but "
+                         f"num_hidden_layers is {n_layers}")
+    return kinds
+
+
+def _n_experts(c: _Fields) -> int:
+    return c.int("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+
+
+def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
+    """The layers with routed experts (Mixtral/Qwen/DeepSeek conventions): every layer from
+    ``first_k_dense_replace`` on, every ``decoder_sparse_step``-th (or ``moe_layer_freq``-th),
+    except ``mlp_only_layers``."""
+    if not _n_experts(c):
+        return set()
+    if c.has("expert_layer_period") or str(c.get("model_type")) == "jamba":
+        # Jamba: experts where i % expert_layer_period == expert_layer_offset (defaults 2 and 1)
+        period = c.int("expert_layer_period", default=2)
+        offset = c.int("expert_layer_offset", default=1, minimum=0)
+        return {i for i in range(n_layers) if i % period == offset}
+    if c.has("moe_layers"):  # an explicit list (Llama-4 configs may carry one)
+        return {i for i in c.int_list("moe_layers") if i < n_layers}
+    if c.has("interleave_moe_layer_step"):  # Llama-4: every step-th layer, the last of each
+        step = c.int("interleave_moe_layer_step")
+        return {i for i in range(n_layers) if (i + 1) % step == 0}
+    first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
+    step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
+    dense = set(c.int_list("mlp_only_layers"))
+    if c.has("decoder_sparse_step"):
+        moe = {i for i in range(n_layers) if (i + 1) % step == 0}
+    else:
+        moe = {i for i in range(first_dense, n_layers) if (i - first_dense) % step == 0}
+    return {i for i in moe if i >= first_dense} - dense
+
+
+def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
+    mixers = _mixers(c, n_layers)
+    if not c.flag("use_sliding_window", True):  # the window is switched off
+        mixers = ["full" if m == "sliding" else m for m in mixers]
+    mla = c.has("kv_lora_rank")
+    moe_layers = _moe_layers(c, n_layers)
+    built: dict[tuple[str, str], LayerSpec] = {}
+    out = []
+    for i, mixer in enumerate(mixers):
+        if isinstance(mixer, tuple):  # a Nemotron-H block
+            mixer, ffn = mixer
+        else:
+            ffn = "moe" if i in moe_layers else "dense"
+        if mla and mixer in ("full", "sliding"):
+            mixer = "mla"
+        key = (mixer, ffn)
+        if key not in built:  # layers of one kind share one record
+            built[key] = LayerSpec(mixer, ffn)
+        out.append(built[key])
+    return tuple(out)
+
+
+# --- geometry ---------------------------------------------------------------------------------
+
+def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention:
+    n_heads = c.int("num_attention_heads", "n_head", "num_heads")
+    if c.has("multi_query") or c.has("new_decoder_architecture"):  # Falcon / GPT-BigCode flags
+        mqa = c.flag("multi_query") and not c.flag("new_decoder_architecture")
+    else:
+        mqa = False
+    n_kv = 1 if mqa else c.int("num_key_value_heads", "num_kv_heads", default=n_heads)
+    if n_heads % n_kv:
+        raise ValueError(f"{c.model}: {n_kv} KV heads cannot serve {n_heads} query heads: the "
+                         "KV heads (num_key_value_heads) must divide the query heads "
+                         "(num_attention_heads)")
+    if c.has("head_dim"):
+        head_dim = c.int("head_dim")
+    else:
+        hidden = c.int(*_HIDDEN_KEYS)
+        if hidden % n_heads:
+            raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by "
+                             f"{n_heads} attention heads and no head_dim is given")
+        head_dim = hidden // n_heads
+    bias_all = c.flag("bias") or model_type == "bloom"  # BLOOM: biases everywhere
+    qk_norm = None
+    if model_type == "llama4_text":
+        pass  # Llama-4's q/k norm is an L2 norm without weights: no parameters
+    elif model_type.startswith(("qwen3", "gemma3")) or c.flag("use_qk_norm"):
+        qk_norm = "per_layer" if c.get("qk_norm_type") == "per_layer" else "per_head"
+    return Attention(
+        n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
+        sliding_window=_window(c) if "sliding" in mixers else None,
+        chunk_size=c.int("attention_chunk_size") if "chunked" in mixers else None,
+        qkv_bias=(c.flag("attention_bias") or c.flag("qkv_bias") or model_type in ("qwen2", "opt")
+                  or bias_all),
+        o_bias=c.flag("attention_bias") or model_type == "opt" or bias_all,
+        qk_norm=qk_norm, sinks=model_type == "gpt_oss",
+        output_gate=model_type.startswith("qwen3_next") or (
+            model_type.startswith("qwen3_5") and c.flag("attn_output_gate", True)))
+
+
+def _window(c: _Fields) -> int:
+    window = c.int("sliding_window")
+    if c.has("sliding_window_size") and c.int("sliding_window_size") != window:
+        raise ValueError(f"{c.model}: sliding_window ({window:,}) and sliding_window_size "
+                         f"({c.int('sliding_window_size'):,}) disagree")
+    return window
+
+
+def _mla(c: _Fields) -> MLA:
+    indexer = None
+    if c.has("index_n_heads"):  # DeepSeek-V3.2 lightning indexer
+        indexer = Indexer(n_heads=c.int("index_n_heads"), head_dim=c.int("index_head_dim"),
+                          topk=c.opt_int("index_topk"))
+    return MLA(n_heads=c.int("num_attention_heads"), q_lora_rank=c.opt_int("q_lora_rank"),
+               kv_lora_rank=c.int("kv_lora_rank"), qk_nope_head_dim=c.opt_int("qk_nope_head_dim"),
+               qk_rope_head_dim=c.int("qk_rope_head_dim"), v_head_dim=c.opt_int("v_head_dim"),
+               indexer=indexer)
+
+
+def _dt_rank(c: _Fields, key: str, hidden: int) -> int:
+    """A Mamba-1 dt rank; "auto" is ceil(hidden / 16), as transformers and vLLM read it."""
+    if c.get(key) == "auto":
+        return -(-hidden // 16)
+    return c.int(key, default=-(-hidden // 16))
+
+
+def _mamba1(c: _Fields, model_type: str) -> Mamba1:
+    """Mamba-1, in Jamba's spelling (``mamba_*``; inner width mamba_expand × hidden, as vLLM's
+    jamba.py reads it) or Falcon-Mamba's (``intermediate_size``, ``state_size``, ...; vLLM
+    models/mamba.py)."""
+    hidden = c.int(*_HIDDEN_KEYS)
+    if model_type == "jamba":
+        return Mamba1(d_inner=c.int("mamba_expand", default=2) * hidden,
+                      state_size=c.int("mamba_d_state", default=16),
+                      conv_kernel=c.int("mamba_d_conv", default=4),
+                      dt_rank=_dt_rank(c, "mamba_dt_rank", hidden),
+                      conv_bias=c.flag("mamba_conv_bias", True),
+                      proj_bias=c.flag("mamba_proj_bias"), bcdt_norms=True)
+    return Mamba1(d_inner=c.int("intermediate_size"), state_size=c.int("state_size"),
+                  conv_kernel=c.int("conv_kernel"), dt_rank=_dt_rank(c, "time_step_rank", hidden),
+                  conv_bias=c.flag("use_conv_bias", True), proj_bias=c.flag("use_bias"))
+
+
+def _mamba2(c: _Fields) -> Mamba2:
+    """Mamba-2 in Nemotron-H's spelling (``mamba_num_heads``, ``ssm_state_size``, ...) or
+    Falcon-H1's and Granite-4.0-H's (``mamba_n_heads``, ``mamba_d_head``, ``mamba_d_state``...).
+
+    vLLM sizes the conv state from the inner width: ``mamba_d_ssm`` (Falcon-H1), else
+    ``mamba_expand × hidden`` (Falcon-H1, Granite-4.0-H), else heads × head dim (Nemotron-H);
+    it must equal heads × head dim, as the SSM state is heads × head dim × state.
+    """
+    heads = c.int("mamba_num_heads", "mamba_n_heads")
+    if c.has("mamba_d_ssm"):
+        inner = c.int("mamba_d_ssm")
+    elif c.has("mamba_expand"):
+        inner = c.int("mamba_expand") * c.int(*_HIDDEN_KEYS)
+    else:
+        inner = None
+    if c.get("mamba_d_head") == "auto":  # Falcon-H1 / Granite default: inner width / heads
+        if inner is None or inner % heads:
+            raise ValueError(f"{c.model}: mamba_d_head is 'auto' but the inner width "
+                             f"{inner} does not split into {heads} heads")
+        head_dim = inner // heads
+    else:
+        head_dim = c.int("mamba_head_dim", "mamba_d_head")
+    m = Mamba2(n_heads=heads, head_dim=head_dim,
+               state_size=c.int("ssm_state_size", "mamba_d_state"),
+               n_groups=c.int("n_groups", "mamba_n_groups"),
+               conv_kernel=c.int("conv_kernel", "mamba_d_conv"),
+               conv_bias=c.flag("use_conv_bias", c.flag("mamba_conv_bias", True)),
+               proj_bias=c.flag("mamba_proj_bias") or c.flag("use_bias"),
+               out_bias=(c.flag("projectors_bias") if str(c.get("model_type")) == "falcon_h1"
+                         else c.flag("mamba_proj_bias") or c.flag("use_bias")),
+               gated_norm=(c.flag("mamba_rms_norm") if str(c.get("model_type")) == "falcon_h1"
+                           else True))
+    if inner is not None and inner != m.d_inner:
+        raise ValueError(f"{c.model}: the mamba inner width {inner:,} is not mamba heads × head "
+                         f"dim = {m.d_inner:,}")
+    if m.n_heads % m.n_groups:
+        raise ValueError(f"{c.model}: {m.n_heads} mamba heads cannot be shared by {m.n_groups} "
+                         "groups: the groups must divide the heads")
+    return m
+
+
+def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
+    g = GatedDeltaNet(n_k_heads=c.int("linear_num_key_heads"),
+                         n_v_heads=c.int("linear_num_value_heads"),
+                         k_head_dim=c.int("linear_key_head_dim"),
+                         v_head_dim=c.int("linear_value_head_dim"),
+                         conv_kernel=c.int("linear_conv_kernel_dim"))
+    if g.n_v_heads % g.n_k_heads:
+        raise ValueError(f"{c.model}: {g.n_k_heads} linear-attention key heads cannot serve "
+                         f"{g.n_v_heads} value heads: the key heads must divide the value heads")
+    return g
+
+
+_NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode", "bloom")
+#: configs whose MLP is 4 × hidden without saying so (Falcon's RW configs, BLOOM)
+_FOUR_X_MLP_TYPES = ("RefinedWebModel", "falcon", "bloom")
+_HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "n_embed")
+_NO_GATE_ACTS = ("relu2", "relu", "gelu_new")
+
+
+def _gated(c: _Fields, model_type: str) -> bool:
+    act = str(c.get("hidden_act") or c.get("hidden_activation") or c.get("activation_function")
+              or c.get("mlp_hidden_act") or "silu")
+    return model_type not in _NO_GATE_TYPES and act not in _NO_GATE_ACTS
+
+
+def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
+    if model_type == "llama4_text":  # Llama-4: dense layers use intermediate_size_mlp
+        inter = c.opt_int("intermediate_size_mlp")
+    else:
+        inter = c.opt_int("intermediate_size", "ffn_dim")
+    if inter is None and model_type in _FOUR_X_MLP_TYPES and hidden:
+        inter = 4 * hidden  # no size given: the MLP is 4 × hidden
+    return MLP(intermediate_size=inter, gated=gated,
+               bias=model_type == "opt" or c.flag("mlp_bias") or c.flag("bias"))
+
+
+def _moe(c: _Fields, model_type: str) -> MoE | None:
+    n_experts = _n_experts(c)
+    if not n_experts:
+        return None
+    inter = c.opt_int("moe_intermediate_size") or c.opt_int("intermediate_size")
+    shared = c.opt_int("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
+                       "shared_intermediate_size", minimum=0)
+    n_shared = c.opt_int("n_shared_experts", minimum=0)
+    if shared is None and n_shared and inter is not None:
+        shared = n_shared * inter
+    if shared is None and model_type == "llama4_text":
+        shared = inter  # Llama-4: one shared expert of the experts' size (Llama4TextMoe)
+    return MoE(
+        n_experts=n_experts,
+        experts_per_token=c.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0),
+        intermediate_size=inter, shared_intermediate_size=shared or None,
+        shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
+        router_bias=(model_type in ("gpt_oss", "nemotron_h") or c.flag("use_routing_bias")
+                     or c.get("topk_method") == "noaux_tc"),
+        expert_bias=model_type == "gpt_oss")
+
+
+def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str | None:
+    for cfg in configs:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, str) and value in HF_DTYPE_NAMES:
+                return HF_DTYPE_NAMES[value]
+    return None
+
+
+def _layer_norms(c: _Fields, model_type: str) -> int:
+    """Norm vectors per decoder layer: 2 (pre-attention, pre-MLP); Gemma 4 (pre and post);
+    Falcon-7B's parallel block 1; Nemotron-H's and Mamba's single-mixer blocks 1."""
+    if c.has("hybrid_override_pattern") or model_type in ("falcon_mamba", "mamba"):
+        return 1
+    if model_type in ("RefinedWebModel", "falcon") and not c.flag("new_decoder_architecture"):
+        return 1
+    return 4 if model_type.startswith("gemma") else 2
+
+
+# --- the config as transformers reads it ------------------------------------------------------
+
+#: Keys that describe weights, remote code or quantized checkpoints, not the model's shapes:
+#: dropped before transformers builds the model (``from_config`` builds no weights).
+_WEIGHT_ONLY_KEYS = ("auto_map", "quantization_config", "_name_or_path")
+#: Falcon's original "RefinedWebModel" configs use names transformers no longer reads.
+_RW_RENAMES = {"n_head": "num_attention_heads", "n_layer": "num_hidden_layers"}
+
+
+def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) -> dict[str, Any]:
+    """A copy of ``config`` as transformers 5.x reads it, optionally cut to ``n_layers`` layers.
+
+    Drops weight-only keys, renames Falcon's RW fields, and, when cutting, keeps the first
+    ``n_layers`` entries of every per-layer list (``layer_types``, ``hybrid_override_pattern``)
+    so each kept layer has its true geometry.
+    """
+    out = copy.deepcopy(dict(config))
+    for key in _WEIGHT_ONLY_KEYS:
+        out.pop(key, None)
+    if out.get("model_type") == "RefinedWebModel":
+        out["model_type"] = "falcon"
+        for old, new in _RW_RENAMES.items():
+            if old in out:
+                out[new] = out.pop(old)
+    if n_layers is not None:
+        text = text_config(out)
+        total = read_config(config).n_layers
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 0 < n_layers <= total:
+            raise ValueError(f"n_layers must be in 1..{total}, got {n_layers!r}")
+        text["num_hidden_layers"] = n_layers
+        for key in ("layer_types", "no_rope_layers"):  # one entry per layer
+            if isinstance(text.get(key), list):
+                text[key] = text[key][:n_layers]
+        if isinstance(text.get("hybrid_override_pattern"), str):
+            text["hybrid_override_pattern"] = text["hybrid_override_pattern"][:n_layers]
+    return out
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+def _is_set(value: Any) -> bool:
+    """Whether a config value says something (null, false, 0 and empty containers do not)."""
+    if value is None or value is False:
+        return False
+    if isinstance(value, (str, list, tuple, Mapping)):
+        return len(value) > 0
+    if isinstance(value, numbers.Number):
+        return value != 0
+    return True
+
+
+def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label: str) -> None:
+    """Refuse a config that sets a field kvlib does not model and that changes the cache:
+    a field of ``REFUSED_KEYS``, or a key kvlib does not know whose name looks cache-related."""
+    found = []
+    for cfg in (text, config) if text is not config else (config,):
+        for key, value in cfg.items():
+            if not isinstance(key, str) or not _is_set(value):
+                continue
+            if key in REFUSED_KEYS:
+                found.append(f"{key!r} ({REFUSED_KEYS[key]})")
+            elif key not in READ_KEYS and key not in IGNORED_KEYS and CACHE_RELATED.search(key):
+                found.append(f"{key!r} (unknown to kvlib; its name suggests a cache layout)")
+    if found:
+        raise ValueError(f"{label}: config field{'s' if len(found) > 1 else ''} "
+                         f"{', '.join(found)} change{'' if len(found) > 1 else 's'} what is "
+                         "cached in a way kvlib does not model; refusing to guess the cache size")
+
+
+# --- the reader -------------------------------------------------------------------------------
+
+#: Config keys vLLM reads a model's maximum context from, smallest wins (``ModelConfig``'s
+#: ``_get_and_verify_max_len``, vllm/config/model.py at commit 0052a5b8).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                 "model_max_length", "max_target_positions", "max_sequence_length",
+                 "max_seq_length", "seq_len")
+
+
+def _max_model_len(c: _Fields, model_type: str) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``.
+
+    vLLM's rule: the smallest of the length keys (``model_max_length`` wins when set), times
+    the RoPE scaling ``factor`` unless the scaling type is llama3, longrope or su (YaRN starts
+    from ``original_max_position_embeddings``; Gemma-3's length is already scaled). None when
+    the config names no length even after transformers' class defaults (Falcon-7B's
+    RefinedWebModel config): vLLM then assumes 2,048 tokens when no ``max_model_len`` is given
+    and accepts any ``max_model_len`` that is given (``_get_and_verify_max_len`` in
+    vllm/config/model.py, 0.33.0), so kvlib sets no limit.
+    """
+    lengths = {key: c.opt_int(key) for key in _MAX_LEN_KEYS if c.has(key)}
+    if not lengths:
+        return None
+    derived = lengths.get("model_max_length") or min(lengths.values())
+    rope = c.get("rope_parameters") or c.get("rope_scaling")
+    if isinstance(rope, Mapping) and "gemma3" not in model_type:
+        kind = rope.get("rope_type") or rope.get("type")
+        if kind not in ("su", "longrope", "llama3", "default", None):
+            if kind == "yarn":
+                derived = positive_integer(f"{c.model}: rope_scaling original_max_position_"
+                                           "embeddings", rope.get("original_max_position_embeddings"))
+            derived = derived * number(f"{c.model}: rope_scaling factor", rope.get("factor", 1.0),
+                                       positive=True)
+    if not math.isfinite(derived):
+        raise ValueError(f"{c.model}: the RoPE-scaled maximum context overflows a float")
+    return int(derived)
+
+
+def read_config(config: Mapping[str, Any], name: str | None = None) -> Architecture:
+    """The :class:`Architecture` a Hugging Face ``config.json`` (as a dict) describes.
+
+    Reads ``text_config`` for multimodal wrappers (the vision tower is not described) and the
+    outer ``tie_word_embeddings``/dtype where the text config has none. Raises ValueError naming
+    the model and the field that is missing, invalid, or describes a cache kvlib does not model.
+    """
+    if not isinstance(config, Mapping) or not config:
+        raise ValueError("config is empty: expected the fields of a Hugging Face config.json")
+    text = text_config(config)
+    label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
+    c = _Fields(text, label)
+    _refuse_unmodelled(config, text, label)
+    model_type = str(c.get("model_type") or "")
+    n_layers = c.int(*_LAYER_COUNT_KEYS)
+    layers = _layers(c, n_layers)
+    mixers = frozenset(spec.mixer for spec in layers)
+    hidden = c.opt_int(*_HIDDEN_KEYS)
+    gated = _gated(c, model_type)
+    tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
+    notes = []
+    if (c.opt_int("num_nextn_predict_layers", minimum=0) or c.opt_int("mtp_num_hidden_layers",
+                                                                        minimum=0)
+            or c.flag("use_mtp")):
+        notes.append("multi-token-prediction layers not counted")
+    if config is not text:
+        notes.append("vision tower not counted (text_config only)")
+    quant = config.get("quantization_config") or text.get("quantization_config")
+    return Architecture(
+        name=label, model_type=model_type, layers=layers, hidden_size=hidden,
+        vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=tie,
+        embed_dim=c.opt_int("word_embed_proj_dim") or hidden,
+        learned_positions=model_type == "opt",
+        attention=(_attention(c, model_type, mixers)
+                   if mixers & {"full", "sliding", "chunked", "parallel"} else None),
+        mla=_mla(c) if "mla" in mixers else None,
+        mamba1=_mamba1(c, model_type) if "mamba1" in mixers else None,
+        mamba2=_mamba2(c) if mixers & {"mamba2", "parallel"} else None,
+        gated_deltanet=_gated_deltanet(c) if "gated_deltanet" in mixers else None,
+        mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
+        layer_norms=_layer_norms(c, model_type),
+        norm_bias=model_type in ("opt", "RefinedWebModel", "falcon", "bloom"),
+        embedding_norm=model_type == "bloom",
+        final_norm=not c.flag("_remove_final_layer_norm"),
+        dtype=_dtype((text, config), ("torch_dtype", "dtype")),
+        ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
+        quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
+        max_position_embeddings=c.opt_int("max_position_embeddings"),
+        max_model_len=_max_model_len(c, model_type), notes=tuple(notes))

@@ -1,0 +1,643 @@
+"""The landing page's calculator: a model, a checkpoint, a GPU and the settings people pass to
+``vllm serve`` in; GPUs, requests in flight, speed, time to first token, dollars and the speed
+model's error out — ``serving.Engine`` (the one serving pipeline) asked about every choice the
+page offers, once, when the book is built. The page only looks rows up; dollars are linear in
+the price per GPU-hour, so the grid holds them at $1 and the page multiplies by the price.
+
+* Checkpoints (``weight_choices``): the format a model is published in (its config's
+  ``quantization_config``, else bf16) and each row of ``data/weight_checkpoints.csv`` naming a
+  published checkpoint of the same architecture in another format (FP8, 4-bit AWQ), with its
+  repository and source. A model *has* an fp8 or int4 checkpoint when, and only when, its
+  config or such a row says so.
+* Prices (``market_prices``): per GPU and kind of offer (on-demand, spot, committed,
+  marketplace), the median of the dated rows of ``data/prices.csv`` of that kind, naming them —
+  the undated rows only when a GPU has no dated one of that kind, and then said so.
+* The grid (``answer_grid``): one row per model × checkpoint × KV dtype × utilization × GPU ×
+  max_model_len × request (input + output tokens), never past a model's maximum context; a
+  case that does not fit says why and what would (``would_fit``).
+* What to buy (``cheapest``): per model and request, the cheapest GPU × count whose per-user
+  speed reaches a floor at market prices.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from ..fit import calibrate
+from ..engines.capacity import derived_max_model_len
+from ..serve.cost import cost_per_million_tokens
+from ..core.data import csv_path
+from ..deployment import Deployment
+from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
+from ..model.formats import weight_format as parse_weights
+from ..model.model import Model
+from ..serve.prefix_cost import input_cost_per_million
+from ..model.registry import load_model, model_record
+from ..serve.serving import TP_DEGREES, Engine, ServingPoint
+
+#: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
+#: (a value not listed here is a kind of its own). Capacity Blocks are short-term
+#: reservations, priced above on-demand, so they are not "committed"; serverless workers bill
+#: per second and scale to zero, so they are not hourly rentals.
+PRICING_KINDS: dict[str, str] = {
+    "on-demand": "on-demand", "spot": "spot", "marketplace": "marketplace",
+    "committed-1y": "committed", "reserved": "committed",
+    "committed-capacity-block": "capacity block", "serverless": "serverless",
+}
+
+#: ``pricing`` values of ``data/prices.csv`` that are no offer (the article's own assumed
+#: price): never part of a market price.
+NOT_OFFERS = frozenset({"assumption"})
+
+#: Checkpoint formats read from a config's ``quantization_config.quant_method`` → the
+#: ``weight_dtype`` kvlib serves them in (others, e.g. GPTQ's bit widths, are not guessed).
+_QUANT_FORMATS: dict[str, str | dict[str, str]] = {
+    "fp8": "fp8",  # DeepSeek-V3/R1, Kimi-K2, MiniMax: block-wise FP8 linear layers
+    "mxfp4": {"experts": "mxfp4"},  # gpt-oss: MXFP4 routed experts, the rest bf16
+}
+
+#: The prefix-cache hit rate of the page's input-price line (chapter 6's landing example, in chapters/07_prefix_caching.md).
+PREFIX_HIT_RATE = 0.6
+
+
+def published_weight_format(slug: str) -> str | dict[str, str]:
+    """The weight format a registry model's checkpoint is published in: ``"bf16"`` when its
+    config has no ``quantization_config``, else the ``_QUANT_FORMATS`` entry for its method.
+
+    Raises ValueError for a quantization method kvlib does not map (it never guesses bits).
+    """
+    method = load_model(slug).architecture.quant_method
+    if method is None:
+        return "bf16"
+    if method not in _QUANT_FORMATS:
+        raise ValueError(f"{slug}: quantization method {method!r} has no kvlib weight format "
+                         f"(known: {', '.join(_QUANT_FORMATS)}); pass weight_dtype explicitly")
+    fmt = _QUANT_FORMATS[method]
+    return dict(fmt) if isinstance(fmt, Mapping) else fmt
+
+
+@dataclass(frozen=True)
+class WeightChoice:
+    """One checkpoint of a model the page offers: label ("bf16", "fp8", "int4", …),
+    weight_format (as ``params.weight_bytes`` reads it), repository and source_url (where it is
+    published and where that is stated), published (the registry's own config: the model as
+    its publisher ships it)."""
+
+    label: str
+    weight_format: str | Mapping[str, str]
+    repository: str
+    source_url: str
+    published: bool
+
+
+def checkpoint_rows() -> pd.DataFrame:
+    """``data/weight_checkpoints.csv``: published checkpoints in other formats, one per row."""
+    return pd.read_csv(csv_path("weight_checkpoints.csv"), dtype=str, keep_default_na=False)
+
+
+def weight_choices(slug: str) -> list[WeightChoice]:
+    """The checkpoints of registry model ``slug``: the published one first, then the rows of
+    ``data/weight_checkpoints.csv`` for it. ValueError when two share a label."""
+    record = model_record(slug)
+    published = published_weight_format(slug)
+    choices = [WeightChoice(parse_weights(published).family, published,
+                            record["source"].get("repo", slug), record["source"]["url"], True)]
+    rows = checkpoint_rows()
+    for row in rows[rows["model"] == slug].itertuples():
+        choices.append(WeightChoice(parse_weights(row.weight_format).family, row.weight_format,
+                                    row.repository, row.source_url, False))
+    labels = [c.label for c in choices]
+    if len(set(labels)) < len(labels):
+        raise ValueError(f"{slug}: two checkpoints with the same label in {labels} "
+                         "(data/weight_checkpoints.csv)")
+    return choices
+
+
+def complete_gpus() -> list[str]:
+    """GPUs of ``data/gpus.csv`` with everything the answer needs: a memory size, a sourced
+    bandwidth and a sourced dense bf16 FLOP/s (sorted by slug)."""
+    out = []
+    for slug in gpu_slugs():
+        gpu = load_gpu(slug)
+        if gpu.hbm_bytes_per_s and gpu.bf16_dense_flops:
+            out.append(slug)
+    return out
+
+
+def price_range(gpu: str) -> tuple[float, float, float] | None:
+    """(lowest, median, highest) $/GPU-hour over every row of ``data/prices.csv`` for
+    ``gpu``, or None when it has none."""
+    prices = load_prices()
+    rows = prices.loc[prices["gpu"] == gpu, "dollars_per_gpu_hour"].astype(float)
+    if rows.empty:
+        return None
+    return float(rows.min()), float(rows.median()), float(rows.max())
+
+
+def market_prices() -> pd.DataFrame:
+    """Per GPU and kind of offer (``PRICING_KINDS``): ``dollars_per_gpu_hour``, the median of
+    that kind's dated rows in ``data/prices.csv`` (of its undated rows when none is dated:
+    ``dated`` False; rows of ``NOT_OFFERS`` never count); ``n`` rows used, ``low`` and ``high``
+    (their range), ``rows`` naming them (provider, offering, date, price) and ``basis``, the
+    price in words ("the median of 5 dated on-demand offers ($2.69–$6.16)", "the mean of 2 …",
+    "1 dated on-demand offer"). One row per (gpu, kind) that has offers."""
+    prices = load_prices()
+    prices = prices[~prices["pricing"].isin(NOT_OFFERS)]
+    prices = prices.assign(kind=prices["pricing"].map(lambda p: PRICING_KINDS.get(p, p)),
+                           dated=prices["date"].str.strip() != "")
+    out = []
+    for (gpu, kind), group in prices.groupby(["gpu", "kind"], sort=True):
+        used = group[group["dated"]] if group["dated"].any() else group
+        dollars = used["dollars_per_gpu_hour"].astype(float)
+        named = "; ".join(f"{r.provider}, {r.offering}"
+                          f"{f' ({r.date})' if r.date else ' (undated)'}: "
+                          f"${float(r.dollars_per_gpu_hour):.2f}"
+                          for r in used.itertuples())
+        dated = bool(group["dated"].any())
+        offers = f"{'dated' if dated else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
+        spread = f" (${dollars.min():.2f}–${dollars.max():.2f})"
+        basis = (f"1 {offers}" if len(used) == 1 else
+                 f"the mean of 2 {offers}{spread}" if len(used) == 2 else
+                 f"the median of {len(used)} {offers}{spread}")
+        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": float(dollars.median()),
+                    "n": len(used), "dated": dated, "low": float(dollars.min()),
+                    "high": float(dollars.max()), "rows": named, "basis": basis})
+    return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "low",
+                                      "high", "rows", "basis"])
+
+
+def market_price(gpu: str, kind: str = "on-demand") -> float | None:
+    """The median $/GPU-hour of ``gpu``'s offers of ``kind`` (``market_prices``), or None."""
+    table = market_prices()
+    hit = table[(table["gpu"] == gpu) & (table["kind"] == kind)]
+    return float(hit["dollars_per_gpu_hour"].iloc[0]) if len(hit) else None
+
+
+def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
+    """The ``max_model_len`` values offered for ``slug``: those of ``lengths`` below the
+    model's maximum context, and the maximum itself (vLLM's default when none is given).
+
+    ValueError when the model's config states no maximum: then no length can be checked
+    against it."""
+    limit = derived_max_model_len(load_model(slug))
+    if limit is None:
+        raise ValueError(f"{slug}: its config states no maximum context, so the lengths "
+                         "offered cannot be checked against it; leave it out of the grid")
+    return sorted({int(n) for n in lengths if n < limit} | {limit})
+
+
+def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str]) -> str:
+    """"" when kvlib's speed model covers ``weight_format`` on ``gpu``, else why not."""
+    compute = parse_weights(weight_format).compute_dtype
+    g = load_gpu(gpu)
+    if compute == "fp8" and g.fp8_dense_flops is None:
+        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; vLLM serves "
+                "them there as weight-only FP8 (Marlin kernels), which kvlib's speed model "
+                "does not cover")
+    return ""
+
+
+#: The grid's columns, in order (``answer_grid``). Costs are $ per 10⁶ tokens at $1 per
+#: GPU-hour: multiply by the price.
+GRID_COLUMNS = [
+    "model", "model_name", "weights", "checkpoint", "kv_dtype", "gpu_memory_utilization",
+    "gpu", "gpu_name", "max_model_len", "input_tokens", "output_tokens", "n_gpus", "limit",
+    "why_not", "would_fit", "max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
+    "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
+    "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
+    "band_scope", "band_n", "band_median", "band_low", "band_high",
+]
+
+
+def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) -> dict[str, Any]:
+    row = {"model": point.model, "model_name": point.model_name, "weights": choice.label,
+           "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
+           "gpu_memory_utilization": point.gpu_memory_utilization, "gpu": point.gpu,
+           "gpu_name": point.gpu_name, "max_model_len": point.max_model_len,
+           "input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
+           "n_gpus": point.n_gpus, "limit": point.limit, "why_not": _why_not(point),
+           "would_fit": "", "max_concurrency": point.max_concurrency, "batch": point.batch,
+           "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
+           "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
+           "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
+    # past the largest batch with a band of its own, the band of that batch (its own borrows
+    # a wider, kinder scope): the figures are an extrapolation
+    band = point.band if point.batch <= limit else calibrate.error_band(point.n_gpus, limit)
+    if point.fits:
+        low, high = band.speed_range(point.tokens_per_s)
+        cost_in, cost_out_split = point.dollars_per_million_split(1.0)
+        row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
+                   output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
+                   output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
+                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high)
+    else:
+        row.update(dict.fromkeys(("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
+                                  "output_cost", "input_cost", "output_cost_split",
+                                  "band_median", "band_low", "band_high"), math.nan),
+                   band_scope="", band_n=0)
+    return row
+
+
+def _why_not(point: ServingPoint) -> str:
+    """``point.why_not()``, saying so when the GPU is offered as one only (no GPU-to-GPU link
+    on file, so no tensor-parallel group is tried)."""
+    why = point.why_not()
+    if why and point.tried_gpus == 1 and load_gpu(point.gpu).link_bytes_per_s is None:
+        why += (f"; the {point.gpu_name} is offered as a single GPU (data/gpus.csv names no "
+                "GPU-to-GPU link for it)")
+    return why
+
+
+def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence[int],
+                requests: Sequence[tuple[int, int]], utilizations: Sequence[float] = (0.9,),
+                kv_dtypes: Sequence[str] = ("bf16",), engine: str = "vllm") -> pd.DataFrame:
+    """The landing page's grid (``GRID_COLUMNS``): one row per model × checkpoint
+    (``weight_choices``) × KV dtype × utilization × GPU × max_model_len (``max_model_lens`` of
+    ``lengths``) × request (input, output tokens) that fits within that max_model_len.
+
+    Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
+    that of ``banded_batch_limit`` when its batch is larger) with the GPU
+    count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
+    max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
+    (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
+    kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit "format".
+    Costs are at $1 per GPU-hour. ValueError for an empty axis or a model with no known
+    maximum context.
+    """
+    for name, values in (("models", models), ("gpus", gpus), ("lengths", lengths),
+                         ("requests", requests), ("utilizations", utilizations),
+                         ("kv_dtypes", kv_dtypes)):
+        if not list(values):
+            raise ValueError(f"answer_grid needs at least one of {name}")
+    rows = []
+    limit = banded_batch_limit()
+    for slug in models:
+        lens = max_model_lens(slug, lengths)
+        model = load_model(slug)
+        for choice in weight_choices(slug):
+            for kv in kv_dtypes:
+                for util in utilizations:
+                    for gpu in gpus:
+                        eng = Engine(Deployment(model, gpu, weights=choice.weight_format,
+                                                kv=kv, gpu_memory_utilization=util,
+                                                engine=engine), tp_degrees=TP_DEGREES)
+                        unmodelled = _speed_modelled(gpu, choice.weight_format)
+                        for length in lens:
+                            for i, o in requests:
+                                if i + o > length:
+                                    continue
+                                if unmodelled:
+                                    rows.append(_unmodelled_row(slug, model.name, choice, kv,
+                                                                util, eng, length, i, o,
+                                                                unmodelled))
+                                    continue
+                                point = eng.point(i, o, max_model_len=length)
+                                row = _row(point, choice, model, limit)
+                                row["model"] = slug
+                                rows.append(row)
+    grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
+    grid["would_fit"] = would_fit(grid)
+    return grid
+
+
+def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, util: float,
+                    eng: Engine, length: int, input_tokens: int, output_tokens: int,
+                    why: str) -> dict[str, Any]:
+    row = dict.fromkeys(GRID_COLUMNS, math.nan)
+    row.update(model=slug, model_name=name, weights=choice.label,
+               checkpoint=choice.repository, kv_dtype=kv_dtype,
+               gpu_memory_utilization=float(util), gpu=eng.gpu.slug,
+               gpu_name=eng.gpu.name, max_model_len=length, input_tokens=input_tokens,
+               output_tokens=output_tokens, n_gpus=0, limit="format", why_not=why,
+               would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
+               band_scope="", band_n=0)
+    return row
+
+
+#: The settings ``would_fit`` tries changing, one at a time, in this order.
+_SETTINGS = ("weights", "kv_dtype", "gpu_memory_utilization", "max_model_len")
+
+
+def would_fit(grid: pd.DataFrame) -> pd.Series:
+    """For each row that does not fit, what would, in words: the same case with one setting
+    changed (another checkpoint, KV dtype, utilization or a shorter max_model_len that still
+    holds the request) on the same GPU, and every GPU of the grid that holds it unchanged
+    (fewest GPUs first); "" for rows that fit."""
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+            "input_tokens", "output_tokens"]
+    fits = {tuple(k): int(n) for k, n in zip(grid[keys].itertuples(index=False), grid["n_gpus"])}
+    names = dict(zip(grid["gpu"], grid["gpu_name"]))
+    options = {k: sorted(set(grid[k])) for k in _SETTINGS}
+    gpus = sorted(set(grid["gpu"]))
+    out = []
+    for row in grid[keys].itertuples(index=False):
+        key = tuple(row)
+        if fits[key] > 0:
+            out.append("")
+            continue
+        found = []
+        for setting in _SETTINGS:
+            pos = keys.index(setting)
+            for value in options[setting]:
+                if value == key[pos] or (setting == "max_model_len" and value > key[pos]):
+                    continue
+                n = fits.get(key[:pos] + (value,) + key[pos + 1:], 0)
+                if n > 0:
+                    found.append(f"{_setting_words(setting, value)} ({n} GPU{'s' * (n > 1)})")
+        gpu_pos = keys.index("gpu")
+        elsewhere = [(fits.get(key[:gpu_pos] + (g,) + key[gpu_pos + 1:], 0), names[g])
+                     for g in gpus]
+        found += [f"{n} × {name}" for n, name in sorted(e for e in elsewhere if e[0] > 0)]
+        out.append("would fit with " + _or(found) if found else
+                   "fits none of the settings and GPUs on this page")
+    return pd.Series(out, index=grid.index, dtype=str)
+
+
+def _setting_words(setting: str, value: Any) -> str:
+    if setting == "weights":
+        return f"{value} weights"
+    if setting == "kv_dtype":
+        return f"an {value} KV cache"
+    if setting == "gpu_memory_utilization":
+        return f"gpu_memory_utilization {value:g}"
+    return f"max_model_len {int(value):,}"
+
+
+def _or(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) -> pd.DataFrame:
+    """Chapter 6's input price (chapters/07_prefix_caching.md) for every fitting case of the grid: $ per 10⁶ input tokens at
+    $1 per GPU-hour when each prompt is prefilled alone (``prefix_cost.input_cost_per_million``)
+    with no prefix-cache hits (``cold``) and with ``hit_rate`` of every prompt cached
+    (``cached``). One row per model, checkpoint, KV dtype, GPU, GPU count and prompt length —
+    what the price depends on."""
+    keys = ["model", "weights", "kv_dtype", "gpu", "n_gpus", "input_tokens"]
+    cases = grid[grid["n_gpus"] > 0][keys].drop_duplicates()
+    formats = {(m, c.label): c.weight_format for m in cases["model"].unique()
+               for c in weight_choices(m)}
+    models = {m: load_model(m) for m in cases["model"].unique()}
+    gpus = {g: load_gpu(g) for g in cases["gpu"].unique()}
+    rows = []
+    for r in cases.itertuples(index=False):
+        d = Deployment(models[r.model], gpus[r.gpu], tp=int(r.n_gpus), kv=r.kv_dtype,
+                       weights=formats[(r.model, r.weights)])
+        kw = dict(prompt_tokens=int(r.input_tokens), dollars_per_gpu_hour=1.0)
+        rows.append({**r._asdict(), "cold": input_cost_per_million(d, **kw),
+                     "cached": input_cost_per_million(d, hit_rate=hit_rate, **kw)})
+    return pd.DataFrame(rows, columns=[*keys, "cold", "cached"])
+
+
+def band_side(low: float, high: float) -> str:
+    """Where an error band (``calibrate.ErrorBand`` low / high, predicted ÷ measured − 1 of time
+    per token, 10th and 90th percentile) lies against the model's figure: "optimistic" when
+    nine in ten held-out cases ran slower than predicted (high < 0), "pessimistic" when nine in
+    ten ran faster (low > 0), else "" (the band holds the figure)."""
+    return "optimistic" if high < 0 else "pessimistic" if low > 0 else ""
+
+
+def banded_batch_limit() -> int:
+    """The largest decode batch whose batch range (``calibrate.BATCH_RANGES``) has held-out
+    points enough for a band of its own in ``data/speed_error_bands.csv``; past it a band
+    falls back to a wider scope and the speed is an extrapolation."""
+    table = pd.read_csv(csv_path(calibrate.BANDS_FILE), keep_default_na=False)
+    own = [hi for lo, hi in calibrate.BATCH_RANGES
+           if table.loc[table["batch_range"] == calibrate.batch_range(lo), "scope"]
+           .str.endswith(f"batch {calibrate.batch_range(lo)}").any()]
+    if not own:
+        raise ValueError(f"{calibrate.BANDS_FILE}: no batch range has a band of its own")
+    return max(own)
+
+
+def slow_end(n_gpus: int, batch: int, limit: int) -> float:
+    """The factor on a predicted speed at the slow end of its error band (1 + the band's 10th
+    percentile) at ``n_gpus`` and ``batch``; past ``limit`` (``banded_batch_limit``) the
+    slower of its own band and the band at ``limit``, so an extrapolated batch is never
+    trusted more than the largest measured one."""
+    low = calibrate.error_band(n_gpus, batch).low
+    if batch > limit:
+        low = min(low, calibrate.error_band(n_gpus, limit).low)
+    return 1 + low
+
+
+def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
+             gpu_memory_utilization: float = 0.9, output_tokens: int = 1024,
+             dated_only: bool = True) -> pd.DataFrame:
+    """What to buy: per model and prompt length of ``grid`` (requests of ``output_tokens``
+    generated tokens), the deployment with the lowest $ per 10⁶ output tokens at market price
+    (``market_price`` of ``kind``; GPUs without one are left out, and with ``dated_only`` those
+    whose offers are all undated) whose every user gets at least ``speed_floor`` tokens/s —
+    both read at the slow end of the speed model's error band (``slow_end``), the evidence the
+    book trusts, not at the model's own figure.
+
+    Candidates are the grid's rows at ``gpu_memory_utilization`` that fit, with vLLM started at
+    the shortest max_model_len holding the request: every GPU, checkpoint and KV dtype, on the
+    fewest GPUs that hold the model. A deployment too slow per user with as many requests in
+    flight as its pool holds is asked again with fewer (vLLM's ``--max-num-seqs``): the
+    largest power of two below that batch that reaches the floor. Candidates are tried from
+    the lowest bound on their price (the full-batch price at the most favourable slow end of
+    any band), and the search stops when that bound exceeds the best found. Columns: model,
+    model_name, input_tokens, output_tokens, gpu, gpu_name, n_gpus, weights, checkpoint,
+    kv_dtype, max_model_len, batch, capped (the batch was lowered), extrapolated (the batch
+    exceeds ``banded_batch_limit``), per_user_tokens_per_s, tokens_per_s (the model's
+    figures), slow_end (their factor), per_user_slow, output_cost_slow ($ per 10⁶ at the slow
+    end, the ranking), output_cost (at the model's figure), dollars_per_gpu_hour; a prompt
+    length nothing serves that fast has n_gpus 0.
+    """
+    if isinstance(speed_floor, bool) or not isinstance(speed_floor, (int, float)) \
+            or not speed_floor > 0:
+        raise ValueError(f"speed_floor must be positive tokens/s, got {speed_floor!r}")
+    offers = market_prices()
+    offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
+    prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
+    limit = banded_batch_limit()
+    best_factor = 1 + float(pd.read_csv(csv_path(calibrate.BANDS_FILE))["low"].max())
+    asked = grid[grid["output_tokens"] == output_tokens]
+    rows = asked[(asked["n_gpus"] > 0)
+                 & (asked["gpu_memory_utilization"] == gpu_memory_utilization)
+                 & asked["gpu"].isin(list(prices))]
+    keys = ["model", "weights", "kv_dtype", "gpu", "input_tokens"]
+    rows = rows.sort_values("max_model_len").drop_duplicates(keys)  # the shortest that holds it
+    rows = rows.assign(bound=rows["output_cost"] * rows["gpu"].map(prices) / best_factor)
+    formats = {(m, c.label): c.weight_format for m in rows["model"].unique()
+               for c in weight_choices(m)}
+    models = {m: load_model(m) for m in rows["model"].unique()}
+    engines: dict[tuple[str, str, str, str], Engine] = {}
+    out = []
+    for (slug, prompt), name in asked.groupby(["model", "input_tokens"], sort=False)[
+            "model_name"].first().items():
+        group = rows[(rows["model"] == slug) & (rows["input_tokens"] == prompt)]
+        best: dict[str, Any] | None = None
+        for r in group.sort_values("bound").itertuples(index=False):
+            if best is not None and r.bound >= best["output_cost_slow"]:
+                break  # no batch of this or a later candidate can be cheaper
+            n = int(r.n_gpus)
+            batch, user, tps = int(r.batch), r.per_user_tokens_per_s, r.tokens_per_s
+            if user * slow_end(n, batch, limit) < speed_floor:
+                key = (slug, r.weights, r.kv_dtype, r.gpu)
+                if key not in engines:
+                    engines[key] = Engine(Deployment(
+                        models[slug], r.gpu, weights=formats[(slug, r.weights)], kv=r.kv_dtype,
+                        gpu_memory_utilization=gpu_memory_utilization))
+                found = _largest_batch(engines[key], prompt, output_tokens, int(r.max_model_len),
+                                       batch, speed_floor, limit)
+                if found is None:
+                    continue
+                batch, user, tps = found
+            factor = slow_end(n, batch, limit)
+            cost = cost_per_million_tokens(prices[r.gpu] * n, tps * factor)
+            if best is None or cost < best["output_cost_slow"]:
+                best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": n,
+                        "weights": r.weights, "checkpoint": r.checkpoint,
+                        "kv_dtype": r.kv_dtype, "max_model_len": int(r.max_model_len),
+                        "batch": batch, "capped": batch < r.batch, "extrapolated": batch > limit,
+                        "per_user_tokens_per_s": user, "tokens_per_s": tps, "slow_end": factor,
+                        "per_user_slow": user * factor, "output_cost_slow": cost,
+                        "output_cost": cost_per_million_tokens(prices[r.gpu] * n, tps),
+                        "dollars_per_gpu_hour": prices[r.gpu]}
+        out.append({"model": slug, "model_name": name,
+                    "input_tokens": int(prompt), "output_tokens": output_tokens,
+                    **(best or {"n_gpus": 0})})
+    return pd.DataFrame(out)
+
+
+def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int, held: int,
+                   floor: float, limit: int) -> tuple[int, float, float] | None:
+    """(batch, per-user tokens/s, tokens/s) at the largest power of two below ``held`` whose
+    users get ``floor`` tokens/s at the slow end of the band (``slow_end``, which is not
+    monotone in the batch: every power is tried, largest first), or None."""
+    for batch in sorted((2 ** k for k in range(held.bit_length()) if 2 ** k < held),
+                        reverse=True):
+        p = engine.point(prompt, output, max_model_len=max_model_len, batch=batch)
+        if p.per_user_tokens_per_s * slow_end(p.n_gpus, batch, limit) >= floor:
+            return batch, p.per_user_tokens_per_s, p.tokens_per_s
+    return None
+
+
+def ttft_errors() -> pd.DataFrame:
+    """The time-to-first-token model against measurements it was never fitted to
+    (``calibrate.validate``'s TTFT points), by requests in flight (``calibrate.BATCH_RANGES``):
+    batch_range, n, median (signed), low and high (10th and 90th percentile; NaN under
+    ``calibrate.MIN_BAND_POINTS`` runs) of predicted ÷ measured − 1. Negative: measured TTFTs
+    were longer (the model assumes arrivals spread out, benchmarks send them in waves)."""
+    res = calibrate.validate()
+    ttft = res[res["role"] == "ttft"]
+    rows = []
+    for lo, _ in calibrate.BATCH_RANGES:
+        label = calibrate.batch_range(lo)
+        err = ttft.loc[ttft["batch_range"] == label, "error"]
+        spread = len(err) >= calibrate.MIN_BAND_POINTS
+        if len(err):
+            rows.append({"batch_range": label, "n": len(err), "median": float(err.median()),
+                         "low": float(err.quantile(0.1)) if spread else math.nan,
+                         "high": float(err.quantile(0.9)) if spread else math.nan})
+    return pd.DataFrame(rows, columns=["batch_range", "n", "median", "low", "high"])
+
+
+# --- the page's data ----------------------------------------------------------------------------
+
+#: Significant digits of the numbers the page's data carries (its figures show three).
+PAGE_DIGITS = 4
+
+#: Case fields the page shows, in the order of its rows (``calculator_data``).
+PAGE_FIELDS = ["max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
+               "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "output_cost",
+               "input_cost", "output_cost_split"]
+
+
+def _sig(value: float, digits: int = PAGE_DIGITS) -> float | int | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    rounded = float(f"{value:.{digits}g}")
+    return int(rounded) if rounded.is_integer() and abs(rounded) < 2 ** 53 else rounded
+
+
+def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequence[str],
+                    default: Mapping[str, Any], ttft: pd.DataFrame,
+                    hit_rate: float = PREFIX_HIT_RATE) -> dict[str, Any]:
+    """Everything the landing page's calculator shows, as plain JSON-able data: the choices
+    (models with their checkpoints and lengths, GPUs with their market prices by kind, KV
+    dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
+    that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
+    choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
+    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
+    into ``ttft_bands``, ``ttft`` (``ttft_errors``) for the batch range of its batch, -1 where
+    none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
+    starting choice: model, weights, kv_dtype,
+    gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
+    row's input cost is the split of ``ServingPoint.dollars_per_million_split``, or, at batch 1
+    (no other request's prompt to share the steps), its own prompt prefilled alone.
+
+    The page looks rows up and multiplies costs by the price; it computes nothing else.
+    """
+    model_list = list(models)
+    gpus = list(dict.fromkeys(grid["gpu"]))
+    kv = list(dict.fromkeys(grid["kv_dtype"]))
+    utils = sorted(set(float(u) for u in grid["gpu_memory_utilization"]))
+    prompts = sorted(set(int(p) for p in grid["input_tokens"]))
+    outputs = sorted(set(int(o) for o in grid["output_tokens"]))
+    offers = market_prices()
+    weights = {m: [c.label for c in weight_choices(m)] for m in model_list}
+    gpu_names = dict(zip(grid["gpu"], grid["gpu_name"]))
+    texts: dict[str, int] = {"": 0}
+    bands: dict[tuple, int] = {}
+    ttft_index = {label: i for i, label in enumerate(ttft["batch_range"])}
+    pre = {(r.model, r.weights, r.kv_dtype, r.gpu, int(r.n_gpus), int(r.input_tokens)):
+           (r.cold, r.cached) for r in prefix.itertuples(index=False)}
+    index = {"model": {m: i for i, m in enumerate(model_list)}, "kv_dtype": {k: i for i, k in
+             enumerate(kv)}, "gpu": {g: i for i, g in enumerate(gpus)},
+             "gpu_memory_utilization": {u: i for i, u in enumerate(utils)},
+             "input_tokens": {p: i for i, p in enumerate(prompts)},
+             "output_tokens": {o: i for i, o in enumerate(outputs)}}
+    columns = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+               "input_tokens", "output_tokens", "n_gpus", "limit", "why_not", "would_fit",
+               "band_scope", "band_n", "band_median", "band_low", "band_high", *PAGE_FIELDS]
+    rows = []
+    for (m, w, k, u, g, length, p, o, n, limit, why, fit, *band, ), numbers in zip(
+            zip(*(grid[c].tolist() for c in columns[:17])),
+            zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
+        key = [index["model"][m], weights[m].index(w), index["kv_dtype"][k],
+               index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
+               index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)]
+        if n > 0:
+            cold, cached = pre[(m, w, k, g, int(n), int(p))]
+            batch = int(numbers[PAGE_FIELDS.index("batch")])
+            rows.append(key + [_sig(x) for x in numbers]
+                        + [bands.setdefault(tuple(band), len(bands)), _sig(cold), _sig(cached),
+                           ttft_index.get(calibrate.batch_range(batch), -1)])
+        else:
+            rows.append(key + [limit, texts.setdefault(why, len(texts)),
+                               texts.setdefault(fit, len(texts))])
+    return {
+        "models": [{"slug": m, "name": load_model(m).name,
+                    "max_model_len": derived_max_model_len(load_model(m)),
+                    "lengths": sorted(set(int(n) for n in grid.loc[grid["model"] == m,
+                                                                   "max_model_len"])),
+                    "weights": [{"label": c.label, "repository": c.repository,
+                                 "source": c.source_url, "published": c.published}
+                                for c in weight_choices(m)]} for m in model_list],
+        "gpus": [{"slug": g, "name": gpu_names[g],
+                  "prices": {o.kind: {"price": o.dollars_per_gpu_hour, "n": int(o.n),
+                                      "dated": bool(o.dated), "rows": o.rows,
+                                      "basis": o.basis}
+                             for o in offers[offers["gpu"] == g].itertuples()}} for g in gpus],
+        "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
+        "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
+        "hit_rate": hit_rate,
+        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high)]
+                  for scope, n, med, low, high in bands],
+        "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
+                       for r in ttft.itertuples()],
+        "batch_limit": banded_batch_limit(),
+        "texts": list(texts),
+        "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
+                 "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",
+                 "prefix_cached", "ttft_band"],
+        "rows": rows,
+        "default": dict(default),
+    }

@@ -1,0 +1,359 @@
+"""The ``kvlib`` command: KV bytes, what fits on a GPU, $/1M tokens, and claim rechecks.
+
+Readable tables by default, ``--json`` for scripts. Exit status: 0 with the answer on stdout;
+2 with one line on stderr for bad input (an unknown model, a negative size, a context past the
+model's maximum, a result no float can hold, ...). Closing the output early (``| head``) is
+not an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """examples:
+  kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8
+  kvlib kv ./config.json --tokens 8192
+  kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
+  kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
+  kvlib cost --price 2.90 --tps 1000
+  kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
+  kvlib recheck a07 a12
+  kvlib models
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kvlib")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name longer than the file system allows: not a file
+        return False
+
+
+def _load(model: str):
+    """A registry slug, or a path to a config.json (plain, or a registry record)."""
+    from ..model.model import Model
+    from ..model.registry import load_model
+
+    path = Path(model)
+    if path.suffix == ".json" or _is_file(path):
+        if not _is_file(path):
+            raise ValueError(f"no such config file: {model}")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read {model}: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{model} is not valid JSON: {exc}") from None
+        config = data.get("config", data) if isinstance(data, dict) else data
+        return Model.from_hf_config(config, name=path.stem)
+    return load_model(model)
+
+
+def _fixed(n_bytes: int, unit: int, places: int) -> str:
+    """``n_bytes / unit`` with ``places`` decimals and thousands separators, in exact integer
+    arithmetic (half rounds to even), so no byte count is too large to print."""
+    scale = 10 ** places
+    q, r = divmod(n_bytes * scale, unit)
+    if 2 * r > unit or (2 * r == unit and q % 2):
+        q += 1
+    whole, frac = divmod(q, scale)
+    return f"{whole:,}.{frac:0{places}d}" if places else f"{whole:,}"
+
+
+def _table(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _kv(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from ..core.units import GIB, KIB
+
+    m = _load(args.model)
+    per_token = m.kv_bytes_per_token(args.dtype, tp=args.tp)
+    total = m.kv_bytes(args.tokens, args.dtype, tp=args.tp)
+    data = {"model": m.name, "attention": m.attention, "layers": m.n_layers,
+            "layer_kinds": m.layer_counts(), "dtype": args.dtype, "tp": args.tp,
+            "kv_bytes_per_token": per_token, "tokens": args.tokens, "kv_bytes": total,
+            "state_bytes": m.state_bytes(tp=args.tp) if m.dtype else None}
+    text = _table([
+        ("model", f"{m.name} ({m.attention}, {m.n_layers} layers)"),
+        ("kv per token", f"{per_token:,} bytes = {_fixed(per_token, KIB, 2)} KiB "
+                         f"({args.dtype}, per GPU at tp={args.tp})"),
+        (f"kv for {args.tokens:,} tokens", f"{total:,} bytes = {_fixed(total, GIB, 3)} GiB"),
+    ])
+    return data, text
+
+
+def _deployment(args: argparse.Namespace):
+    """The ``Deployment`` a ``fit`` or ``cost`` command describes: its model, GPU, degree,
+    formats, utilization, context (``max_model_len``) and engine limits."""
+    from ..core.checks import positive_integer
+    from ..deployment import Deployment
+
+    return Deployment(_load(args.model), args.gpu, tp=args.tp, weights=args.weight_dtype,
+                      kv=args.kv_dtype, gpu_memory_utilization=args.util,
+                      max_model_len=positive_integer("context_tokens", args.context),
+                      max_num_seqs=args.max_num_seqs,
+                      max_num_batched_tokens=args.max_num_batched_tokens,
+                      allow_long_max_model_len=getattr(args, "allow_long_context", False))
+
+
+def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from ..engines.capacity import kv_pool
+    from ..core.units import GIB
+
+    d = _deployment(args)
+    m, context = d.model, d.max_model_len
+    pool = kv_pool(d)
+    conc = pool.max_concurrency(context)
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
+            "gpu_memory_utilization": args.util, "weight_dtype": args.weight_dtype,
+            "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
+            "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
+            "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
+    rows = [
+        ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} (utilization {args.util})"),
+        ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
+                            f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
+        ("kv tokens", f"{pool.tokens:,}"),
+        (f"requests of {args.context:,} tokens", f"{conc:,.2f}"),
+    ]
+    if conc < 1:
+        available = pool.available_kv_bytes
+        shown = ("-" if available < 0 else "") + _fixed(abs(available), GIB, 2)
+        rows.append(("does not fit", "weights and start-up overheads leave "
+                     f"{shown} GiB per GPU for the KV cache; "
+                     "try a larger --tp or smaller --weight-dtype"))
+    else:
+        point = _serving(d, args)
+        data["speed"] = _speed_data(point)
+        rows += _speed_rows(point)
+    return data, _table(rows)
+
+
+def _serving(deployment: Any, args: argparse.Namespace):
+    """The serving pipeline for the command's deployment and request lengths."""
+    from ..serve.serving import serving_point
+
+    output = args.output_tokens or min(1024, args.context // 2)
+    if not 0 < output < args.context:
+        raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
+    return serving_point(deployment, input_tokens=args.context - output, output_tokens=output)
+
+
+def _speed_data(point: Any) -> dict[str, Any]:
+    band = point.band
+    return {"input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
+            "batch": point.batch, "tpot_s": point.tpot_s, "ttft_s": point.ttft_s,
+            "tokens_per_s": point.tokens_per_s,
+            "per_user_tokens_per_s": point.per_user_tokens_per_s,
+            "tokens_per_s_range": list(band.speed_range(point.tokens_per_s)),
+            "error_band": {"scope": band.scope, "points": band.n,
+                           "median_abs_error": band.median_abs_error, "low": band.low,
+                           "high": band.high}}
+
+
+def _speed_rows(point: Any) -> list[tuple[str, str]]:
+    band = point.band
+    lo, hi = band.speed_range(point.tokens_per_s)
+    return [
+        ("decode batch", f"{point.batch} requests of {point.input_tokens:,} + "
+                         f"{point.output_tokens:,} tokens (vLLM, calibrated roofline)"),
+        ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "
+                  f"tok/s per user, first token after {point.ttft_s:,.2f} s"),
+        ("model error", f"held-out {band.scope} ({band.n} points): median {band.median_abs_error:.0%},"
+                        f" 80 % within {band.low:+.0%} … {band.high:+.0%} → "
+                        f"{lo:,.0f}–{hi:,.0f} tok/s"),
+    ]
+
+
+def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    from ..serve.cost import cost_per_million_tokens
+
+    if (args.tps is None) == (args.model is None):
+        raise _UsageError("give either --tps or a model and a GPU")
+    if args.model is not None:
+        if args.gpu is None:
+            raise _UsageError("the following arguments are required: gpu")
+        return _cost_of(args)
+    dollars = cost_per_million_tokens(args.price, args.tps)
+    data = {"dollars_per_hour": args.price, "tokens_per_second": args.tps,
+            "dollars_per_million_tokens": dollars}
+    text = _table([("price", f"${args.price:,.2f} per hour"), ("throughput", f"{args.tps:,g} tok/s"),
+                   ("cost", f"${dollars:,.2f} per 1M tokens")])
+    return data, text
+
+
+def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
+    d = _deployment(args)
+    m = d.model
+    point = _serving(d, args)
+    dollars = point.dollars_per_million(args.price)
+    per_input, per_output = point.dollars_per_million_split(args.price)
+    lo, hi = point.band.cost_range(dollars)
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
+            "dollars_per_gpu_hour": args.price, "dollars_per_hour": args.price * args.tp,
+            **_speed_data(point), "dollars_per_million_tokens": dollars,
+            "dollars_per_million_tokens_range": [lo, hi],
+            "dollars_per_million_input_tokens": per_input,
+            "dollars_per_million_output_tokens": per_output}
+    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} at ${args.price:,.2f} per GPU-hour"),
+            *_speed_rows(point),
+            ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
+            ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
+                              "output tokens")]
+    return data, _table(rows)
+
+
+def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
+    from . import recheck
+
+    rows = []
+    known = recheck.load_claims().index
+    ids = args.ids or list(known)
+    for claim_id in ids:
+        if claim_id not in known:
+            raise KeyError(f"unknown claim {claim_id!r} (see data/claims/)")
+        v = recheck.recheck(claim_id)
+        rows.append({"id": claim_id, "claimed": v.claimed, "recomputed": v.recomputed,
+                     "unit": v.unit, "verdict": v.verdict, "reason": v.reason})
+    text = "\n".join(f"{r['id']:<5} {r['verdict']:<10} claimed {r['claimed']:g} {r['unit']}, "
+                     f"recomputed {r['recomputed']:,.4g} — {r['reason']}" for r in rows)
+    return rows, text
+
+
+def _models(args: argparse.Namespace) -> tuple[Any, str]:
+    from ..model.registry import registry_table
+
+    table = registry_table(args.dtype)[["slug", "attention", "layers", "kv_bytes_per_token"]]
+    rows = table.to_dict(orient="records")
+    text = "\n".join(f"{r['slug']:<28} {r['attention']:<14} {r['layers']:>4} layers  "
+                     f"{r['kv_bytes_per_token'] / 1024:>9,.2f} KiB/token" for r in rows)
+    return rows, text
+
+
+def _deployment_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``fit`` and ``cost`` that set the deployment beside GPU, model and context."""
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
+    p.add_argument("--weight-dtype", default="bf16",
+                   help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
+                        "as experts=mxfp4 (default bf16)")
+    p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
+    p.add_argument("--max-num-seqs", type=int, default=None,
+                   help="most requests decoded together, vLLM's --max-num-seqs (default: vLLM's "
+                        "for the GPU)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="token budget of one step, vLLM's --max-num-batched-tokens (default 8192)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvlib", description=__doc__.splitlines()[0], epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kvlib {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, fn: Callable, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=EXAMPLES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("kv", _kv, "KV bytes per token and for one sequence")
+    p.add_argument("model", help="registry slug or path to a config.json")
+    p.add_argument("--tokens", type=int, default=8192, help="sequence length in tokens (default 8192)")
+    p.add_argument("--dtype", default="bf16", help="KV dtype: fp32, fp16, bf16, fp8, int8, int4, fp4")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (bytes are per GPU)")
+
+    p = command("fit", _fit, "the KV pool an engine leaves and how many requests fit")
+    p.add_argument("model", help="registry slug or path to a config.json")
+    p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192,
+                   help="tokens per request, vLLM's --max-model-len (default 8192)")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a context past the model's maximum, as vLLM does with "
+                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
+    _deployment_flags(p)
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="generated tokens of a request (default min(1024, context ÷ 2))")
+
+    p = command("cost", _cost, "$ per 1M tokens from $/hour and tokens/s, or for a model on a GPU")
+    p.add_argument("model", nargs="?", help="registry slug or config.json (instead of --tps)")
+    p.add_argument("gpu", nargs="?", help="GPU slug, with a model")
+    p.add_argument("--price", type=float, required=True,
+                   help="dollars per hour (with a model: per GPU-hour)")
+    p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
+    p.add_argument("--output-tokens", type=int, default=None,
+                   help="generated tokens of a request (default min(1024, context ÷ 2))")
+    _deployment_flags(p)
+
+    p = command("recheck", _recheck, "recheck published claims from data/claims/")
+    p.add_argument("ids", nargs="*", help="claim ids (default: all)")
+
+    p = command("models", _models, "list the model registry")
+    p.add_argument("--dtype", default="bf16", help="KV dtype for the per-token column")
+    return parser
+
+
+def _error(message: object) -> int:
+    """Print one line to stderr and return the usage-error status, 2."""
+    print(f"kvlib: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return 2
+
+
+def _write(text: str) -> int:
+    """Print ``text``; a reader that closed the pipe early (``| head``) is not an error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is silent.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 answer, 2 bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        data, text = args.fn(args)
+        out = json.dumps(data, indent=2, default=str, allow_nan=False) if args.json else text
+    except SystemExit as exc:  # --help and --version print, then exit 0
+        return exc.code if isinstance(exc.code, int) else 0
+    except _UsageError as exc:
+        return _error(f"{exc} (see kvlib --help)")
+    except KeyError as exc:
+        return _error(exc.args[0] if exc.args else exc)
+    except ValueError as exc:
+        return _error(exc)
+    return _write(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,617 @@
+"""How fast a step is: the bytes it reads, the FLOPs it does, and the fixed costs around them.
+
+Every step — a decode step, a prefill, or the mixed step of a continuous-batching server —
+has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
+
+    time = max(weights ÷ (β · η_w) + KV ÷ (β · η_kv), FLOPs ÷ (F · η_F))      the roofline
+         + engine step cost + Σ_blocks block cost                fixed costs (fitted)
+         + blocks × (α + message bytes ÷ link bandwidth)        all-reduces (tensor parallel)
+
+* bytes: the weights read once per step (embedding lookups excluded; for MoE only the experts
+  the step's tokens touch, ``E·(1 − (1 − k/E)^T)`` per layer under uniform routing) + every
+  decoding sequence's KV cache (windows capped, recurrent state included) + the prompt KV a
+  prefill writes;
+* FLOPs: 2 × active matmul parameters per token + attention (2·heads·(d_k + d_v) per cached
+  token per layer); each touched expert's token rows are padded to ``MOE_TILE_ROWS``, the
+  row block vLLM's fused-MoE kernels pad every expert's tokens to (``moe_align_block_size``), so a
+  small batch costs each touched expert a whole tile;
+* β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
+  the shares an engine achieves streaming weights, reading the paged KV cache (attention
+  kernels gather scattered blocks) and doing matmuls (fitted);
+* fixed costs: a per-step cost of the engine (scheduling, sampling; one per engine and
+  platform) and a per-block cost by block kind (kernel launches and small ops that do not grow
+  with bytes) — both fitted by :mod:`kvlib.calibrate`;
+* all-reduces: one after every block (attention or recurrent mixer, MLP or MoE) under tensor
+  parallelism — a hybrid stack counts the mixers it really has (``blocks``); the latency α
+  comes from published microbenchmarks (``hardware.allreduce_latency``) and the bytes term
+  from the datasheet link bandwidth (``allreduce_time_s``).
+
+``DATASHEET`` is the pure roofline (η = 1, no fixed costs, no all-reduces); ``CALIBRATED``
+holds the constants :func:`kvlib.calibrate.fit` finds on the train half of the measurements.
+``serving_steps`` turns steps into what a serving benchmark measures: other requests'
+prefill shares the decode steps (chunked prefill), so time per output token is not pure decode.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..core.checks import integer, number, positive_integer
+from ..deployment import ENGINES, Deployment
+from ..deployment import deployment as as_deployment
+from ..hardware.gpus import GPU, allreduce_latency, resolve_gpu
+from ..model.formats import weight_bits, weight_format
+from ..model.model import Model
+from ..model.params import ParamCounts, weight_bytes
+from ..model.registry import resolve_model
+from ..model.weights import params_for
+
+#: Block kinds with a fitted fixed cost each.
+BLOCK_KINDS = ("attention", "mla", "recurrent", "dense_ffn", "moe_ffn")
+#: Rows each touched expert's tokens are padded to in vLLM's fused-MoE kernels
+#: (``moe_align_block_size`` pads every expert's token count to a multiple of BLOCK_SIZE_M; the
+#: tuned configs use 16 for small batches).
+MOE_TILE_ROWS = 16
+#: Bytes per element of the activations an all-reduce sums (bf16).
+ACTIVATION_BYTES = 2
+#: Tokens one engine step may process (vLLM's ``max_num_batched_tokens`` on large GPUs; the
+#: measured SGLang and TensorRT-LLM runs allow at least as many).
+MAX_BATCHED_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The speed model's constants: achieved shares of the peaks and the fixed costs.
+
+    bandwidth: achieved ÷ peak memory bandwidth reading weights, (0, 1]; kv_bandwidth: the same
+    reading (and writing) the KV cache; compute: achieved ÷ peak dense FLOP/s, (0, 1]; step_s: (engine, seconds) added to every step — the engine key is ``ENGINES`` or
+    ``"<engine>-rocm"`` on AMD GPUs; block_s: (block kind, seconds) added per block of that kind
+    (``BLOCK_KINDS``); communication: whether tensor-parallel all-reduces cost time.
+    """
+
+    name: str
+    bandwidth: float = 1.0
+    kv_bandwidth: float = 1.0
+    compute: float = 1.0
+    step_s: tuple[tuple[str, float], ...] = ()
+    block_s: tuple[tuple[str, float], ...] = ()
+    communication: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("bandwidth", "kv_bandwidth", "compute"):
+            number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
+        for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s)):
+            for name, value in pairs:
+                number(f"Efficiency.{label}[{name!r}]", value, minimum=0)
+        unknown = sorted(set(dict(self.block_s)) - set(BLOCK_KINDS))
+        if unknown:
+            raise ValueError(f"Efficiency.block_s names unknown block kinds {unknown}; "
+                             f"known: {', '.join(BLOCK_KINDS)}")
+
+    def step_overhead_s(self, engine: str, gpu: GPU) -> float:
+        """Seconds ``engine`` adds to every step on ``gpu`` (0 when no step costs are set);
+        KeyError naming the engine when they are set but this engine has none."""
+        if not self.step_s:
+            return 0.0
+        key = engine_key(engine, gpu)
+        table = dict(self.step_s)
+        if key not in table:
+            raise KeyError(f"no fitted step cost for engine {key!r} in {self.name!r}; "
+                           f"known: {', '.join(sorted(table))}")
+        return table[key]
+
+    def block_overhead_s(self, blocks: "Blocks") -> float:
+        """Seconds of fixed per-block costs for a model's ``blocks``."""
+        table = dict(self.block_s)
+        return sum(table.get(kind, 0.0) * n for kind, n in blocks.by_kind().items())
+
+
+def engine_key(engine: str, gpu: GPU) -> str:
+    """``engine`` on NVIDIA GPUs, ``"<engine>-rocm"`` on AMD ones (a different build, other
+    kernels); ValueError for an engine kvlib has no name for."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return f"{engine}-rocm" if gpu.vendor == "AMD" else engine
+
+
+#: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
+DATASHEET = Efficiency("datasheet roofline (η = 1)")
+#: Fitted by ``kvlib.calibrate.fit`` on the train half of the modern measurements in
+#: data/throughput.csv (see Appendix A, chapters/06_validation.md, for its held-out error); tests/test_calibrate.py refits
+#: and checks these values.
+CALIBRATED = Efficiency(
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.96,
+    kv_bandwidth=0.59, compute=0.6,
+    step_s=(("sglang", 0.000e-3),
+            ("sglang-rocm", 4.194e-3),
+            ("tensorrt-llm", 0.675e-3),
+            ("vllm", 1.892e-3),
+            ("vllm-rocm", 3.406e-3)),
+    block_s=(("attention", 0.0e-6),
+             ("mla", 83.5e-6),
+             ("recurrent", 5.7e-6),
+             ("dense_ffn", 35.1e-6),
+             ("moe_ffn", 25.5e-6)),
+    communication=True, source="kvlib.calibrate.fit")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The blocks of a model that each end in an all-reduce under tensor parallelism.
+
+    attention / mla / recurrent: token mixers (softmax attention, latent attention, Mamba-2 or
+    Gated DeltaNet); dense_ffn / moe_ffn: feed-forward blocks. A transformer layer is one mixer
+    and one FFN; a Nemotron-H layer is one or the other.
+    """
+
+    attention: int
+    mla: int
+    recurrent: int
+    dense_ffn: int
+    moe_ffn: int
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.mla + self.recurrent + self.dense_ffn + self.moe_ffn
+
+    def by_kind(self) -> dict[str, int]:
+        return {kind: getattr(self, kind) for kind in BLOCK_KINDS}
+
+
+@lru_cache(maxsize=256)
+def _counts(model: Model) -> ParamCounts:
+    return params_for(model)
+
+
+def blocks(model: Model | str) -> Blocks:
+    """Count a model's blocks from its architecture record, decoder layer by decoder layer: the
+    mixer (softmax attention, MLA, a recurrent mixer; a Falcon-H1 ``parallel`` layer runs both an
+    attention and a Mamba-2 mixer) and the feed-forward block (dense MLP or MoE). A Nemotron-H
+    layer is a mixer *or* an FFN, so its stack counts the mixers it really has."""
+    return _blocks(resolve_model(model))
+
+
+_MIXER_KINDS = {"full": ("attention",), "sliding": ("attention",), "chunked": ("attention",),
+                "mla": ("mla",), "mamba1": ("recurrent",), "mamba2": ("recurrent",),
+                "gated_deltanet": ("recurrent",), "parallel": ("attention", "recurrent"),
+                "none": ()}
+_FFN_KINDS = {"dense": ("dense_ffn",), "moe": ("moe_ffn",), "none": ()}
+
+
+@lru_cache(maxsize=256)
+def _blocks(m: Model) -> Blocks:
+    if m.architecture is None:
+        raise ValueError(f"model {m.name!r} carries no architecture record: its blocks come from "
+                         "its config.json (build it with Model.from_hf_config)")
+    counts = dict.fromkeys(BLOCK_KINDS, 0)
+    for spec in m.architecture.layers:
+        for kind in (*_MIXER_KINDS[spec.mixer], *_FFN_KINDS[spec.ffn]):
+            counts[kind] += 1
+    return Blocks(**counts)
+
+
+def hidden_size(model: Model) -> int:
+    """The model's hidden size (elements per token of the activations an all-reduce sums)."""
+    value = model.architecture.hidden_size if model.architecture is not None else None
+    if not value:
+        raise ValueError(f"model {model.name!r}: config field 'hidden_size' is missing (needed "
+                         "for the all-reduce message size)")
+    return int(value)
+
+
+def allreduce_time_s(gpu: GPU | str, n_gpus: int, message_bytes: float) -> float:
+    """Seconds of one all-reduce of ``message_bytes`` per GPU over ``n_gpus`` GPUs.
+
+    latency α (``hardware.allreduce_latency``, published microbenchmarks) + the bytes each GPU
+    moves ÷ its link bandwidth to the group (``GPU.group_link_bytes_per_s``), with the faster of
+    the two algorithms engines ship (vLLM's custom all-reduce): one-stage, every GPU reads all
+    ``n − 1`` peers' buffers, ``α + (n − 1)·M/B``; two-stage, reduce-scatter then all-gather,
+    ``2α + 2·(n − 1)/n·M/B``. 1 GPU: 0.
+    """
+    g = resolve_gpu(gpu)
+    n = positive_integer("n_gpus", n_gpus)
+    number("message_bytes", message_bytes, minimum=0)
+    if n == 1:
+        return 0.0
+    alpha = allreduce_latency(g.slug, n).seconds
+    link = g.group_link_bytes_per_s(n)
+    one_stage = alpha + (n - 1) * message_bytes / link
+    two_stage = 2 * alpha + 2 * (n - 1) / n * message_bytes / link
+    return min(one_stage, two_stage)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward step on each GPU of a tensor-parallel group.
+
+    kind: "decode", "prefill" or "mixed" (decodes plus prompt tokens); batch: sequences that
+    each emit a token; context_tokens: the context each of them attends to (the mean, for a
+    mixed batch); prefill_tokens: prompt tokens processed; weight_bytes / kv_bytes: bytes one
+    GPU reads (KV: read by the decodes, written by the prefill); flops: FLOPs one GPU does;
+    weights_s / kv_s / compute_s: the legs at η = 1 (bytes ÷ bandwidth, FLOPs ÷ peak);
+    fixed_s: engine and per-block costs; allreduce_s: the tensor-parallel all-reduces;
+    efficiency: the name of the constants ``law`` (the ``Efficiency`` the step was timed with).
+    """
+
+    kind: str
+    batch: int
+    context_tokens: int
+    prefill_tokens: int
+    n_gpus: int
+    weight_bytes: int
+    kv_bytes: float
+    flops: float
+    weights_s: float
+    kv_s: float
+    compute_s: float
+    fixed_s: float
+    allreduce_s: float
+    efficiency: str
+    law: Efficiency = field(compare=False, repr=False)
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def memory_time_s(self) -> float:
+        """The memory leg: weights ÷ (β·η_w) + KV ÷ (β·η_kv)."""
+        return self.weights_s / self.law.bandwidth + self.kv_s / self.law.kv_bandwidth
+
+    @property
+    def compute_time_s(self) -> float:
+        """The compute leg: FLOPs ÷ (F·η_F)."""
+        return self.compute_s / self.law.compute
+
+    @property
+    def overhead_s(self) -> float:
+        """Everything that is not the roofline: fixed costs plus all-reduces."""
+        return self.fixed_s + self.allreduce_s
+
+    @property
+    def time_s(self) -> float:
+        """Seconds the step takes (``law_seconds``): the slower leg plus the overheads."""
+        return float(law_seconds(self.weights_s, self.kv_s, self.compute_s, self.fixed_s,
+                                 self.allreduce_s, self.law))
+
+    @property
+    def bound(self) -> str:
+        """"memory" when reading bytes takes longer than the math, else "compute"."""
+        return "memory" if self.memory_time_s >= self.compute_time_s else "compute"
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens the whole group emits per second (one per decoding sequence per step)."""
+        return self.batch / self.time_s
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte read (one GPU)."""
+        return self.flops / self.bytes
+
+
+def expected_experts(n_experts: int, experts_per_token: int, tokens: int) -> float:
+    """Distinct experts a batch of ``tokens`` touches in one MoE layer, in expectation, when
+    each token picks ``experts_per_token`` of ``n_experts`` uniformly: E·(1 − (1 − k/E)^B)."""
+    positive_integer("n_experts", n_experts)
+    positive_integer("experts_per_token", experts_per_token)
+    positive_integer("tokens", tokens)
+    if experts_per_token > n_experts:
+        raise ValueError("experts_per_token cannot exceed n_experts")
+    return n_experts * (1 - (1 - experts_per_token / n_experts) ** tokens)
+
+
+def moe_padded_rows(n_experts: int, experts_per_token: int, tokens: int,
+                    tile_rows: int = MOE_TILE_ROWS) -> float:
+    """Token rows the expert matmuls of one MoE layer compute for ``tokens`` tokens: each of the
+    expected touched experts gets its mean share of the ``tokens × k`` routed rows, rounded up
+    to whole tiles of ``tile_rows`` (at least one tile per touched expert)."""
+    touched = expected_experts(n_experts, experts_per_token, tokens)
+    per_expert = tokens * experts_per_token / touched
+    return touched * tile_rows * math.ceil(per_expert / tile_rows)
+
+
+def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str], tp: int,
+                      tokens: int) -> int:
+    """Weight bytes one GPU reads in a step over ``tokens`` tokens: everything but the
+    embedding table (a lookup; read in full only when it doubles as the LM head), with routed
+    experts scaled to the expected fraction a batch of that size touches."""
+    comp = dict(counts.components)
+    if not counts.tied_embeddings:
+        comp["embedding"] = 0
+    if counts.n_experts:
+        touched = expected_experts(counts.n_experts, counts.experts_per_token, tokens)
+        comp["experts"] = round(comp["experts"] * touched / counts.n_experts)
+    scaled = ParamCounts(name=counts.name, components=comp, n_experts=counts.n_experts,
+                         experts_per_token=counts.experts_per_token,
+                         n_moe_layers=counts.n_moe_layers, tied_embeddings=counts.tied_embeddings,
+                         kv_proj_params=counts.kv_proj_params, n_kv_heads=counts.n_kv_heads)
+    return weight_bytes(scaled, weight_dtype, tp)
+
+
+def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
+    """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
+    the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
+    d_v) per cached token, windows capped; MLA in its absorbed latent form, d_k = r + d_R,
+    d_v = r; recurrent layers ≈ 4 FLOPs per state element)."""
+    return sum(n * layer.attention_flops_per_token(context_tokens, tp, model.n_heads)
+               for layer, n in model.distinct_layers)
+
+
+#: Prompt positions sampled to average a prompt token's attention work.
+_PROMPT_SAMPLES = 8
+
+
+def law_seconds(weights_s, kv_s, compute_s, fixed_s, allreduce_s, eff: Efficiency):
+    """The step-time law (the module docstring), for floats or numpy arrays of legs at η = 1:
+    max(weights ÷ η_w + KV ÷ η_kv, compute ÷ η_F) + fixed costs + all-reduces (when ``eff``
+    counts communication). The one place it is written: ``Step.time_s``, ``step_time`` and
+    the vectorised fit (``kvlib.fit.calibrate.Parts``) all call it."""
+    memory = weights_s / eff.bandwidth + kv_s / eff.kv_bandwidth
+    comm = allreduce_s if eff.communication else 0.0
+    return np.maximum(memory, compute_s / eff.compute) + fixed_s + comm
+
+
+def _efficiency(d: Deployment) -> Efficiency:
+    eff = CALIBRATED if d.efficiency is None else d.efficiency
+    if not isinstance(eff, Efficiency):
+        raise TypeError(f"efficiency must be an Efficiency, got {type(eff)!r}")
+    return eff
+
+
+def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_tokens: int,
+          kv_bytes: float, attention_flops: float) -> Step:
+    """A step of ``decodes`` one-token sequences and ``prefill_tokens`` prompt tokens whose KV
+    reads and writes (bytes) and attention FLOPs are given: the law's legs and fixed costs."""
+    m, g, tp, eff = d.model, d.gpu, d.tp, _efficiency(d)
+    counts = _counts(m)
+    tokens = decodes + prefill_tokens
+    weights = step_weight_bytes(counts, d.weights, tp, tokens)
+    flops = tokens * 2 * counts.matmul_active / tp + attention_flops
+    if counts.n_experts:
+        rows = moe_padded_rows(counts.n_experts, counts.experts_per_token, tokens)
+        extra = rows - tokens * counts.experts_per_token
+        flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
+    peak = g.dense_flops(d.weights.compute_dtype)
+    bl = blocks(m)
+    fixed = eff.step_overhead_s(d.engine, g) + eff.block_overhead_s(bl)
+    comm = 0.0
+    if tp > 1 and eff.communication:
+        message = tokens * hidden_size(m) * ACTIVATION_BYTES
+        comm = bl.total * allreduce_time_s(g, tp, message)
+    beta = g.bandwidth()
+    return Step(kind=kind, batch=decodes, context_tokens=context_tokens,
+                prefill_tokens=prefill_tokens, n_gpus=tp, weight_bytes=weights,
+                kv_bytes=kv_bytes, flops=flops, weights_s=weights / beta, kv_s=kv_bytes / beta,
+                compute_s=flops / peak, fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
+                law=eff)
+
+
+def _uniform_step(d: Deployment, batch: int, ctx: int, pre: int, prompt: int) -> Step:
+    """``batch`` decodes at ``ctx`` cached tokens each plus ``pre`` prompt tokens from prompts of
+    ``prompt`` tokens (a prompt token attends on average to half its prompt, sampled at
+    ``_PROMPT_SAMPLES`` positions so windows cap it)."""
+    m, tp, kv = d.model, d.tp, d.kv
+    if batch + pre == 0:
+        raise ValueError("a step needs a decoding sequence (batch) or prompt tokens")
+    kv_bytes = batch * m.kv_bytes(ctx, kv, tp=tp) if ctx and batch else 0
+    flops = batch * attention_flops_per_token(m, ctx, tp) if batch else 0.0
+    if pre:
+        kv_bytes += round(m.kv_bytes(prompt, kv, tp=tp) * pre / prompt)
+        n = min(_PROMPT_SAMPLES, prompt)
+        positions = [int((i + 0.5) * prompt / n) for i in range(n)]
+        flops += pre * sum(attention_flops_per_token(m, p, tp) for p in positions) / n
+    kind = "mixed" if batch and pre else ("decode" if batch else "prefill")
+    return _step(d, kind, batch, ctx, pre, kv_bytes, flops)
+
+
+def step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int = 0,
+         context_tokens: int = 0, prefill_tokens: int = 0, prompt_tokens: int = 0,
+         **deployment_keywords: Any) -> Step:
+    """One step of ``batch`` decoding sequences at ``context_tokens`` each plus
+    ``prefill_tokens`` prompt tokens (a chunk of one prompt, or several prompts) from prompts of
+    ``prompt_tokens`` tokens, for a ``Deployment`` (or ``model`` on ``gpu`` with the
+    deployment's keywords, ``n_gpus``/``weight_dtype``/``kv_dtype`` included); the module
+    docstring gives the formula. ``efficiency`` None means ``CALIBRATED``."""
+    d = as_deployment(model, gpu, **deployment_keywords)
+    b = integer("batch", batch)
+    ctx = integer("context_tokens", context_tokens)
+    pre = integer("prefill_tokens", prefill_tokens)
+    prompt = positive_integer("prompt_tokens", prompt_tokens) if pre else 0
+    return _uniform_step(d, b, ctx, pre, prompt)
+
+
+def step_time(deployment: Deployment, batch: Any) -> float:
+    """Seconds of one engine step that schedules, for each request in ``batch``, ``(tokens
+    scheduled this step, tokens already computed)`` — decodes (1 token) and prefill chunks
+    together, each attending to its own context. The default ``step_time`` of the serving
+    simulator; a sequence of pairs or an (n, 2) integer array."""
+    pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+    if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
+        raise ValueError("a step schedules at least one token for each request, none negative")
+    return step_of(deployment, pairs).time_s
+
+
+def step_of(deployment: Deployment, pairs: np.ndarray) -> Step:
+    """The ``Step`` of ``step_time``: KV read over each request's context plus the KV its new
+    tokens write; attention FLOPs of each new token over the tokens before it (sampled)."""
+    d, m = deployment, deployment.model
+    tp, kv = d.tp, d.kv
+    new, done = pairs[:, 0], pairs[:, 1]
+    decodes = int((new == 1).sum())
+    kv_bytes = 0.0
+    flops = 0.0
+    for n, c in zip(new.tolist(), done.tolist()):
+        kv_bytes += m.kv_bytes(c, kv, tp=tp) if c else 0
+        kv_bytes += m.kv_bytes(c + n, kv, tp=tp) - (m.kv_bytes(c, kv, tp=tp) if c else 0)
+        k = min(_PROMPT_SAMPLES, n)
+        flops += n * sum(attention_flops_per_token(m, c + int((i + 0.5) * n / k), tp)
+                         for i in range(k)) / k
+    prefill = int(new.sum()) - decodes
+    kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
+    context = int(done.mean())
+    return _step(d, kind, decodes, context, prefill, kv_bytes, flops)
+
+
+def decode_step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,
+                context_tokens: int, **deployment_keywords: Any) -> Step:
+    """One decode step: ``batch`` sequences each at ``context_tokens`` cached tokens emit one
+    token each (a ``Deployment``, or ``model`` on ``gpu`` with its keywords).
+    ``efficiency=DATASHEET`` gives the pure roofline."""
+    positive_integer("batch", batch)
+    return step(model, gpu, batch=batch, context_tokens=context_tokens, **deployment_keywords)
+
+
+def kv_dtype_speedup(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                     batch: int, context_tokens: int, kv_dtype: str = "fp8",
+                     baseline_kv_dtype: str = "bf16", **deployment_keywords: Any) -> float:
+    """How much faster one decode step is with a ``kv_dtype`` cache than with a
+    ``baseline_kv_dtype`` one, all else equal: the baseline's step time ÷ this one's (1.25
+    means 25 % faster). Only the KV reads change, so the gain grows with batch × context."""
+    d = as_deployment(model, gpu, **deployment_keywords)
+    times = [decode_step(d.with_(kv=kv), batch=batch, context_tokens=context_tokens).time_s
+             for kv in (baseline_kv_dtype, kv_dtype)]
+    return times[0] / times[1]
+
+
+def prefill_step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,
+                 prompt_tokens: int, **deployment_keywords: Any) -> Step:
+    """One prefill step of ``batch`` prompts of ``prompt_tokens`` tokens: reads the weights
+    once, writes the prompts' KV, and does 2 × active params per token plus causal attention."""
+    positive_integer("batch", batch)
+    positive_integer("prompt_tokens", prompt_tokens)
+    return step(model, gpu, prefill_tokens=batch * prompt_tokens, prompt_tokens=prompt_tokens,
+                **deployment_keywords)
+
+
+@dataclass(frozen=True)
+class ServingSteps:
+    """The steady state of a continuous-batching server with ``batch`` requests in flight.
+
+    decode: a step of pure decodes; mixed: a decode step that also prefills one arriving prompt
+    (or, when prompts arrive faster than one per step, the mean prefill tokens per step);
+    prefill_share: the fraction of steps that are mixed; prefill_tokens_per_step: mean prompt
+    tokens per step, (batch − 1) × input ÷ output (each of the other requests brings a prompt
+    every ``output`` steps); first: the step that carries a new request's own prompt.
+    """
+
+    decode: Step
+    mixed: Step
+    first: Step
+    prefill_share: float
+    prefill_tokens_per_step: float
+    prompt_chunks: int
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token of a request: the mean step time."""
+        return (1 - self.prefill_share) * self.decode.time_s + self.prefill_share * self.mixed.time_s
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to a new request's first token when arrivals are spread out: its prompt's
+        chunk steps plus, on average, half a running step to wait for."""
+        return self.prompt_s + self.tpot_s / 2
+
+    @property
+    def prompt_s(self) -> float:
+        """Seconds of the steps that carry one request's own prompt (its chunks)."""
+        return self.prompt_chunks * self.first.time_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Output tokens the whole group emits per second."""
+        return self.decode.batch / self.tpot_s
+
+    @property
+    def per_user_tokens_per_s(self) -> float:
+        """What one request sees: 1 ÷ time per output token."""
+        return 1 / self.tpot_s
+
+    @property
+    def prefill_time_share(self) -> float:
+        """The part of the mean step spent on prefill work (what input tokens cost)."""
+        return self.prefill_share * (self.mixed.time_s - self.decode.time_s) / self.tpot_s
+
+
+def serving_steps(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,
+                  input_tokens: int, output_tokens: int, max_batched_tokens: int | None = None,
+                  **deployment_keywords: Any) -> ServingSteps:
+    """Decode and prefill steps of a server keeping ``batch`` requests of ``input_tokens`` +
+    ``output_tokens`` in flight (a closed-loop benchmark at concurrency ``batch``, or steady
+    traffic): decodes run at the mean context, input + output ÷ 2; a prompt is prefilled in
+    chunks of up to the deployment's ``max_num_batched_tokens`` − ``batch`` tokens inside decode
+    steps (chunked prefill; ``max_batched_tokens`` overrides it).
+    """
+    d = as_deployment(model, gpu, **deployment_keywords)
+    b = positive_integer("batch", batch)
+    isl = positive_integer("input_tokens", input_tokens)
+    osl = positive_integer("output_tokens", output_tokens)
+    limit = (d.max_num_batched_tokens or MAX_BATCHED_TOKENS) if max_batched_tokens is None \
+        else positive_integer("max_batched_tokens", max_batched_tokens)
+    budget = limit - b
+    if budget < 1:
+        raise ValueError(f"max_batched_tokens ({limit}) leaves no room for prefill "
+                         f"beside {b} decodes")
+    ctx = isl + osl // 2
+    chunk = min(isl, budget)
+    per_step = (b - 1) * isl / osl
+    share = min(1.0, per_step / chunk)
+    mixed_tokens = min(budget, max(chunk, math.ceil(per_step)))
+    decode = _uniform_step(d, b, ctx, 0, 0)
+    mixed = _uniform_step(d, b, ctx, mixed_tokens, isl)
+    first = _uniform_step(d, b - 1, ctx, chunk, isl)
+    return ServingSteps(decode=decode, mixed=mixed, first=first, prefill_share=share,
+                        prefill_tokens_per_step=per_step, prompt_chunks=math.ceil(isl / chunk))
+
+
+def generation_time_s(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                      batch: int, prompt_tokens: int, output_tokens: int, samples: int = 16,
+                      **deployment_keywords: Any) -> float:
+    """Seconds a static batch takes: one prefill of ``batch × prompt_tokens`` then
+    ``output_tokens`` decode steps at growing context (integrated over ``samples`` points)."""
+    d = as_deployment(model, gpu, **deployment_keywords)
+    positive_integer("output_tokens", output_tokens)
+    total = prefill_step(d, batch=batch, prompt_tokens=prompt_tokens).time_s
+    n = min(samples, output_tokens)
+    for i in range(n):
+        ctx = prompt_tokens + int((i + 0.5) * output_tokens / n)
+        total += decode_step(d, batch=batch, context_tokens=ctx).time_s * output_tokens / n
+    return total
+
+
+def critical_batch(gpu: GPU | str, weight_dtype: str = "bf16") -> float:
+    """Tokens per step at which a weight matmul turns compute-bound on ``gpu``:
+    peak FLOP/s ÷ bandwidth × bytes per weight ÷ 2 (the scaling book's B_crit; 240 for bf16
+    on a TPU v5e). The compute rate is the one the weight format runs at (fp8 on FP8 tensor
+    cores; weight-only 4-bit formats on bf16)."""
+    g = resolve_gpu(gpu)
+    fmt = weight_format(weight_dtype)
+    bytes_per_weight = weight_bits(fmt.linear) / 8
+    return g.dense_flops(fmt.compute_dtype) / g.bandwidth() * bytes_per_weight / 2
+
+
+def model_critical_batch(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                         context_tokens: int, max_batch: int = 1 << 20,
+                         **deployment_keywords: Any) -> int | None:
+    """The smallest decode batch at ``context_tokens`` whose step is compute-bound, or None
+    when KV reads grow faster than the math and no batch up to ``max_batch`` gets there
+    (``efficiency`` defaults to ``DATASHEET`` here: the pure roofline)."""
+    deployment_keywords.setdefault("efficiency", DATASHEET)
+    d = as_deployment(model, gpu, **deployment_keywords)
+    lo, hi = 1, max_batch
+    if decode_step(d, batch=hi, context_tokens=context_tokens).bound == "memory":
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if decode_step(d, batch=mid, context_tokens=context_tokens).bound == "compute":
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
