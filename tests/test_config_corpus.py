@@ -131,3 +131,13 @@ def test_parameter_refusals_are_listed():
     laguna = RECORDS["laguna-xs.2-fp8"]["config"]
     same_heads = {**laguna, "num_attention_heads_per_layer": [48] * 40}
     assert Model.from_hf_config(same_heads).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2
+
+
+def test_family_lists_do_not_overlap_the_global_decisions():
+    from kvlib.hf_config import FAMILY_IGNORED_KEYS, IGNORED_KEYS, READ_KEYS
+    family = set().union(*map(set, FAMILY_IGNORED_KEYS.values()))
+    assert not family & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS)
+                         | set(PARAMETER_REFUSED_KEYS))
+    assert not set(PARAMETER_REFUSED_KEYS) & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS))
+    assert all(len(reason) > 10 for keys in FAMILY_IGNORED_KEYS.values()
+               for reason in keys.values())

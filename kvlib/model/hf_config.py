@@ -101,10 +101,9 @@ PARAMETER_REFUSED_KEYS: dict[str, str] = {
 #: what is cached nor the weights kvlib counts. They are neither read nor refused for that family
 #: only; in any other family the same name is still judged by REFUSED_KEYS and CACHE_RELATED.
 FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
-    # GLM-5 / 5.1: MLA + a DeepSeek-V3.2 indexer (vLLM deepseek_v2.py runs GlmMoeDsaForCausalLM)
+    # GLM-5 / 5.1: MLA + a DeepSeek-V3.2 indexer (vLLM deepseek_v2.py runs GlmMoeDsaForCausalLM);
+    # its qk_head_dim is read and checked (_check_per_layer_fields)
     "glm_moe_dsa": {
-        "qk_head_dim": "derived: qk_nope_head_dim + qk_rope_head_dim (transformers "
-                       "configuration_glm_moe_dsa.py recomputes it; checked equal here)",
         "rope_interleave": "RoPE layout of the rope slice: no shape",
         "indexer_rope_interleave": "RoPE layout of the indexer's rope slice: no shape",
         "index_share_for_mtp_iteration": "the MTP layer reuses the indexer's top-k: MTP is not counted",
