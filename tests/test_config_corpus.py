@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvlib import Model
-from kvlib.hf_config import PARAMETER_REFUSED_KEYS, REFUSED_KEYS
+from kvlib.model.hf_config import PARAMETER_REFUSED_KEYS, REFUSED_KEYS
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "config_corpus"
 FILES = sorted(CORPUS.glob("*.json"))
@@ -134,7 +134,7 @@ def test_parameter_refusals_are_listed():
 
 
 def test_family_lists_do_not_overlap_the_global_decisions():
-    from kvlib.hf_config import FAMILY_IGNORED_KEYS, IGNORED_KEYS, READ_KEYS
+    from kvlib.model.hf_config import FAMILY_IGNORED_KEYS, IGNORED_KEYS, READ_KEYS
     family = set().union(*map(set, FAMILY_IGNORED_KEYS.values()))
     assert not family & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS)
                          | set(PARAMETER_REFUSED_KEYS))
