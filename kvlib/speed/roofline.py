@@ -440,6 +440,21 @@ class _Linear:
     def at(self, c: np.ndarray) -> np.ndarray:
         return self.const + sum(slope * np.minimum(c, cap) for slope, cap in self.terms)
 
+    def decoding(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        """Σ over requests of ``at(computed + j)`` for j = 0 … n_steps − 1 (each request one
+        token further every step), in O((requests + steps) log requests)."""
+        c = np.sort(np.asarray(computed, dtype=float))
+        k, j = len(c), np.arange(n_steps, dtype=float)
+        prefix = np.concatenate(([0.0], np.cumsum(c)))
+        out = np.full(n_steps, self.const * k)
+        for slope, cap in self.terms:
+            if cap == math.inf:
+                out += slope * (prefix[-1] + k * j)
+                continue
+            below = np.searchsorted(c, cap - j, side="left")  # c_i + j < cap
+            out += slope * (prefix[below] + below * j + cap * (k - below))
+        return out
+
     def summed(self, start: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Σ of ``at`` over the contexts start, start + 1, …, start + n − 1."""
         def s(x: np.ndarray, cap: float) -> np.ndarray:  # Σ_{t < x} min(t, cap)
@@ -522,6 +537,34 @@ def step_of(deployment: Deployment, batch: Any) -> Step:
                 weights_s=weights / beta, kv_s=kv_bytes / beta,
                 compute_s=total_flops / g.dense_flops(d.weights.compute_dtype), fixed_s=fixed,
                 allreduce_s=comm, efficiency=eff.name, law=eff)
+
+
+class StepTimer:
+    """``step_time`` of one deployment as the serving simulator calls it: ``timer(batch)`` is
+    ``step_time(deployment, batch)``, and ``timer.decode_steps(computed, n)`` the seconds of n
+    consecutive pure-decode steps of requests holding ``computed`` tokens at the first — the
+    same numbers, in one vectorised call."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+
+    def __call__(self, batch: Any) -> float:
+        return step_of(self.deployment, batch).time_s
+
+    def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        d = self.deployment
+        kv, attention, state = _context_costs(d)
+        c = np.asarray(computed, dtype=float)
+        k = len(c)
+        weights, matmul, fixed, comm = _fixed_terms(d, k)
+        beta = d.gpu.bandwidth()
+        with_state = np.full(n_steps, k)  # a request holds its recurrent state once it has tokens
+        with_state[0] = int((c > 0).sum())
+        kv_bytes = kv.decoding(c, n_steps) + state * with_state
+        flops = matmul + attention.decoding(c, n_steps)
+        peak = d.gpu.dense_flops(d.weights.compute_dtype)
+        return law_seconds(weights / beta, kv_bytes / beta, flops / peak, fixed, comm,
+                           _efficiency(d))
 
 
 def step_time(deployment: Deployment, batch: Any) -> float:
