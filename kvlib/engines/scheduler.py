@@ -202,40 +202,46 @@ def _cdiv(x: Any, d: int) -> Any:
     return -(-x // d)
 
 
+_NO_INTS = np.zeros(0, dtype=np.int64)
+
+
 class _Engine:
-    """The state of one run: running requests as parallel arrays in vLLM's running order."""
+    """The state of one run. Running requests are parallel arrays in vLLM's running order: id,
+    computed tokens, sequence (prompt + tokens sampled), tokens still to sample, last token time.
+    """
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
                  arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
                  max_seqs: int, budget: int) -> None:
         self.prompt, self.output, self.arrival = prompt, output, arrival
         self.n = len(prompt)
-        self.bs, self.max_seqs, self.budget = bs, max_seqs, budget
+        self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
         self.step_time = step_time
         self.decode_steps = getattr(step_time, "decode_steps", None)
         self.free = pool
         self.clock = float(arrival[0])
         self.steps = 0
         self.preemptions = 0
-        self.produced = np.zeros(self.n, dtype=np.int64)     # tokens sampled so far
+        self.produced = np.zeros(self.n, dtype=np.int64)     # synced when a request leaves
+        self.last = np.zeros(self.n)                          # running (preempted)
         self.first = np.full(self.n, np.nan)
         self.finish = np.full(self.n, np.nan)
-        self.last = np.zeros(self.n)                          # time of the last token
-        self.itl_v: list[NDArray[np.float64]] = []
-        self.itl_w: list[NDArray[np.int64]] = []
+        self.itl_one: list[NDArray[np.float64]] = []          # ITLs seen by one token each
+        self.itl_v: list[NDArray[np.float64]] = []            # ITLs seen by itl_k tokens each
+        self.itl_k: list[int] = []
         self.waiting: deque[int] = deque()
         self.next_arrival = 0
-        # running requests, in order: id, computed tokens, sequence (prompt + produced), output
-        self.r_id = np.zeros(0, dtype=np.int64)
-        self.r_comp = np.zeros(0, dtype=np.int64)
-        self.r_seq = np.zeros(0, dtype=np.int64)
-        self.r_out = np.zeros(0, dtype=np.int64)
+        self.r_id = _NO_INTS
+        self.r_comp = _NO_INTS
+        self.r_seq = _NO_INTS
+        self.r_rem = _NO_INTS
+        self.r_last = np.zeros(0)
+        self.all_decode = True        # every running request needs exactly 1 token
 
-    # --- helpers ------------------------------------------------------------------------------
     def _arrive(self) -> None:
-        arrival, i = self.arrival, self.next_arrival
-        if i < self.n and arrival[i] <= self.clock:
-            j = int(np.searchsorted(arrival, self.clock, side="right"))
+        i = self.next_arrival
+        if i < self.n and self.arrival[i] <= self.clock:
+            j = int(np.searchsorted(self.arrival, self.clock, side="right"))
             self.waiting.extend(range(i, j))
             self.next_arrival = j
 
@@ -248,12 +254,14 @@ class _Engine:
         return float(dt)
 
     def _head_admissible(self) -> bool:
-        if not self.waiting or len(self.r_id) >= self.max_seqs:
+        if not self.waiting or len(self.r_id) >= self.max_seqs or len(self.r_id) >= self.budget:
             return False
         h = self.waiting[0]
         return _cdiv(int(self.prompt[h] + self.produced[h]), self.bs) <= self.free
 
-    # --- the main loop ------------------------------------------------------------------------
+    def _update_free(self) -> None:
+        self.free = self.pool - int(((self.r_comp + (self.bs - 1)) // self.bs).sum())
+
     def run(self) -> ServingRun:
         done = 0
         while done < self.n:
@@ -261,21 +269,23 @@ class _Engine:
             if not len(self.r_id) and not self.waiting:
                 self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
                 continue
-            k = len(self.r_id)
-            if (k and k <= self.budget and (self.r_comp + 1 == self.r_seq).all()
+            if (self.all_decode and len(self.r_id) and len(self.r_id) <= self.budget
                     and not self._head_admissible()):
                 done += self._decode_run()
             else:
                 done += self._step()
-        first, finish, arrival = self.first, self.finish, self.arrival
-        multi = self.output > 1
+        first, finish, arrival, output = self.first, self.finish, self.arrival, self.output
+        if not np.isfinite(finish).all():
+            raise ValueError("step_time gave a time that is not finite")
+        multi = output > 1
         tpot = np.zeros(self.n)
-        tpot[multi] = (finish[multi] - first[multi]) / (self.output[multi] - 1)
-        itl_v = np.concatenate(self.itl_v) if self.itl_v else np.zeros(0)
-        itl_w = np.concatenate(self.itl_w) if self.itl_w else np.zeros(0, dtype=np.int64)
-        keep = itl_w > 0
-        return ServingRun(self.prompt, self.output, arrival, first - arrival, tpot,
-                          finish - arrival, itl_v[keep], itl_w[keep], self.preemptions,
+        tpot[multi] = (finish[multi] - first[multi]) / (output[multi] - 1)
+        ones = np.concatenate(self.itl_one) if self.itl_one else np.zeros(0)
+        itl_v = np.concatenate([ones, np.asarray(self.itl_v, dtype=np.float64)])
+        itl_w = np.concatenate([np.ones(len(ones), dtype=np.int64),
+                                np.asarray(self.itl_k, dtype=np.int64)])
+        return ServingRun(self.prompt, output, arrival, first - arrival, tpot,
+                          finish - arrival, itl_v, itl_w, self.preemptions,
                           self.steps, float(finish.max() - arrival[0]))
 
     def _decode_run(self) -> int:
@@ -283,157 +293,171 @@ class _Engine:
         admitted: up to the first finish, the last step whose blocks the pool still has, and
         (with nothing waiting) the last step that starts before the next arrival."""
         comp, bs = self.r_comp, self.bs
-        m = int((self.r_out - self.produced[self.r_id]).min())
-        # a request needs a new block on the steps where its computed tokens are a multiple of bs
-        hist = np.bincount(comp % bs, minlength=bs)
-        demand = np.cumsum(hist[(-np.arange(m)) % bs])
-        m = int(np.searchsorted(demand, self.free, side="right"))
-        if m == 0:
-            return self._step()
+        k = len(comp)
+        m = int(self.r_rem.min())
+        if k * ((m - 1) // bs + 1) > self.free:     # the blocks may run out: count them
+            # a request needs a new block on the steps where its computed tokens are a
+            # multiple of bs
+            hist = np.bincount(comp % bs, minlength=bs)
+            demand = np.cumsum(hist[(-np.arange(m)) % bs])
+            m = int(np.searchsorted(demand, self.free, side="right"))
+            if m == 0:
+                return self._step()
         t_next = (float(self.arrival[self.next_arrival])
                   if not self.waiting and self.next_arrival < self.n else math.inf)
         if self.decode_steps is not None:
             dt = np.asarray(self.decode_steps(comp, m), dtype=np.float64)
-            ends = np.cumsum(np.concatenate(([self.clock], dt)))[1:]
-            if t_next < math.inf:      # steps j start at ends[j-1]; keep those starting before
-                m = min(m, 1 + int(np.searchsorted(ends[:-1], t_next, side="left")))
-            dt, ends = dt[:m], ends[:m]
-            if not (np.isfinite(dt).all() and (dt > 0).all()):
-                raise ValueError("step_time.decode_steps must return positive finite seconds")
+            if not dt.min() > 0:
+                raise ValueError("step_time.decode_steps must return positive seconds")
+            ends = np.cumsum(np.concatenate(([self.clock], dt)))
+            if t_next < math.inf:      # step j starts at ends[j]; keep those starting before
+                m = min(m, int(np.searchsorted(ends[1:m], t_next, side="left")) + 1)
         else:
             times: list[float] = []
             t = self.clock
-            ones = np.ones(len(comp), dtype=np.int64)
+            ones = np.ones(k, dtype=np.int64)
             while len(times) < m and (not times or t < t_next):
                 d = self._time(np.column_stack((ones, comp + len(times))))
                 times.append(d)
                 t += d
-            dt = np.asarray(times)
-            ends = np.cumsum(np.concatenate(([self.clock], dt)))[1:]
             m = len(times)
-        rid = self.r_id
-        k = len(rid)
-        self.free -= int(demand[m - 1])
+            dt = np.asarray(times)
+            ends = np.cumsum(np.concatenate(([self.clock], dt)))
         self.r_comp = comp + m
         self.r_seq = self.r_seq + m
-        self.produced[rid] += m
-        self.itl_v.append(ends[0] - self.last[rid])
-        self.itl_w.append(np.ones(k, dtype=np.int64))
+        self.r_rem = self.r_rem - m
+        self.itl_one.append(ends[1] - self.r_last)
         if m > 1:
-            self.itl_v.append(dt[1:])
-            self.itl_w.append(np.full(m - 1, k, dtype=np.int64))
-        self.clock = float(ends[-1])
-        self.last[rid] = self.clock
+            self.itl_v.extend(dt[1:m].tolist())
+            self.itl_k.extend([k] * (m - 1))
+        self.clock = float(ends[m])
+        self.r_last = np.full(k, self.clock)
         self.steps += m
-        return self._finish(np.ones(k, dtype=bool))
+        done = self._finish(self.r_rem == 0)
+        self._update_free()
+        return done
 
-    def _finish(self, sampled: NDArray[np.bool_]) -> int:
-        """Retire the running requests that sampled their last token at ``self.clock``."""
-        rid = self.r_id
-        fin = sampled & (self.produced[rid] == self.r_out)
+    def _finish(self, fin: NDArray[np.bool_]) -> int:
+        """Retire the running requests ``fin`` marks, which sampled their last token now."""
         if not fin.any():
             return 0
+        rid = self.r_id
         self.finish[rid[fin]] = self.clock
-        self.free += int(_cdiv(self.r_comp[fin], self.bs).sum())
         keep = ~fin
-        self.r_id, self.r_comp, self.r_seq, self.r_out = (
-            rid[keep], self.r_comp[keep], self.r_seq[keep], self.r_out[keep])
-        return int(fin.sum())
+        self.r_id, self.r_comp, self.r_seq = rid[keep], self.r_comp[keep], self.r_seq[keep]
+        self.r_rem, self.r_last = self.r_rem[keep], self.r_last[keep]
+        return len(rid) - len(self.r_id)
 
     def _step(self) -> int:
         """One general step: vLLM's running pass, then its waiting pass, then sampling."""
         bs, budget = self.bs, self.budget
         comp, seq = self.r_comp, self.r_seq
-        needs = seq - comp
-        before = np.cumsum(needs) - needs                      # budget used ahead of each
-        sched = np.minimum(needs, np.maximum(budget - before, 0))
-        new_blocks = _cdiv(comp + sched, bs) - _cdiv(comp, bs)
-        cum = np.cumsum(new_blocks)
         preempted = False
-        if len(cum) and cum[-1] > self.free:
-            sched, preempted = self._running_with_preemption(sched, new_blocks)
-            comp, seq = self.r_comp, self.r_seq
+        if len(comp):
+            needs = seq - comp
+            before = np.cumsum(needs) - needs                  # budget used ahead of each
+            sched = np.minimum(needs, np.maximum(budget - before, 0))
+            grown = (comp + sched + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+            wanted = int(grown.sum())
+            if wanted > self.free:
+                sched, preempted = self._running_with_preemption(sched, grown)
+                comp, seq = self.r_comp, self.r_seq
+            else:
+                self.free -= wanted
+            left = budget - int(sched.sum())
         else:
-            self.free -= int(cum[-1]) if len(cum) else 0
-        left = budget - int(sched.sum())
-        admitted: list[int] = []
-        adm_sched: list[int] = []
-        if not preempted:
+            sched = _NO_INTS
+            left = budget
+        if not preempted and left > 0 and self.waiting:
+            admitted: list[int] = []
+            adm_sched: list[int] = []
             waiting, prompt, produced = self.waiting, self.prompt, self.produced
             n_run = len(self.r_id)
+            free = self.free
             while left > 0 and waiting and n_run < self.max_seqs:
                 h = waiting[0]
                 s_h = int(prompt[h] + produced[h])
-                if _cdiv(s_h, bs) > self.free:
+                if _cdiv(s_h, bs) > free:
                     break
                 waiting.popleft()
                 s = min(s_h, left)
-                self.free -= _cdiv(s, bs)
+                free -= _cdiv(s, bs)
                 left -= s
                 admitted.append(h)
                 adm_sched.append(s)
                 n_run += 1
-        if admitted:
-            a_id = np.asarray(admitted, dtype=np.int64)
-            self.r_id = np.concatenate((self.r_id, a_id))
-            comp = np.concatenate((comp, np.zeros(len(a_id), dtype=np.int64)))
-            seq = np.concatenate((seq, self.prompt[a_id] + self.produced[a_id]))
-            self.r_out = np.concatenate((self.r_out, self.output[a_id]))
-            sched = np.concatenate((sched, np.asarray(adm_sched, dtype=np.int64)))
-        on = sched > 0
-        if not on.any():
-            raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
-                               "request alone)")
-        self.clock += self._time(np.column_stack((sched[on], comp[on])))
+            self.free = free
+            if admitted:
+                a_id = np.asarray(admitted, dtype=np.int64)
+                a_prod = produced[a_id]
+                self.r_id = np.concatenate((self.r_id, a_id))
+                comp = np.concatenate((comp, np.zeros(len(a_id), dtype=np.int64)))
+                seq = np.concatenate((seq, prompt[a_id] + a_prod))
+                self.r_rem = np.concatenate((self.r_rem, self.output[a_id] - a_prod))
+                self.r_last = np.concatenate((self.r_last, self.last[a_id]))
+                sched = np.concatenate((sched, np.asarray(adm_sched, dtype=np.int64)))
+        if left > 0 and not preempted:       # the budget lasted: every request got its tokens
+            on = None
+            batch = np.column_stack((sched, comp))
+        else:
+            on = sched > 0
+            if not on.any():
+                raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                                   "request alone)")
+            batch = np.column_stack((sched[on], comp[on]))
+        self.clock += self._time(batch)
         self.steps += 1
         comp = comp + sched
-        sampled = on & (comp == seq)
-        rid = self.r_id
-        s_id = rid[sampled]
-        self.produced[s_id] += 1
-        seq = seq + sampled
+        sampled = comp == seq
+        if on is not None:
+            sampled &= on
+        if sampled.any():
+            s_id = self.r_id[sampled]
+            seq = seq + sampled
+            self.r_rem = self.r_rem - sampled
+            firsts = np.isnan(self.first[s_id])
+            if firsts.any():
+                self.first[s_id[firsts]] = self.clock
+            later = ~firsts
+            if later.any():
+                self.itl_one.append(self.clock - self.r_last[sampled][later])
+            r_last = self.r_last.copy()
+            r_last[sampled] = self.clock
+            self.r_last = r_last
         self.r_comp, self.r_seq = comp, seq
-        firsts = np.isnan(self.first[s_id])
-        self.first[s_id[firsts]] = self.clock
-        later = s_id[~firsts]
-        if len(later):
-            self.itl_v.append(self.clock - self.last[later])
-            self.itl_w.append(np.ones(len(later), dtype=np.int64))
-        self.last[s_id] = self.clock
-        return self._finish(sampled)
+        done = self._finish(self.r_rem == 0)
+        self.all_decode = bool((self.r_seq - self.r_comp == 1).all())
+        self._update_free()
+        return done
 
-    def _running_with_preemption(self, sched: NDArray[np.int64], new_blocks: NDArray[np.int64]
+    def _running_with_preemption(self, sched: NDArray[np.int64], grown: NDArray[np.int64]
                                  ) -> tuple[NDArray[np.int64], bool]:
         """vLLM's running pass when blocks run out: each request in order allocates its blocks,
         preempting the last running request until it can (or until it preempted itself)."""
         bs = self.bs
         n_run = len(self.r_id)
-        sched_l = sched.tolist()
-        blocks_l = new_blocks.tolist()
-        comp_l = self.r_comp.tolist()
+        sched_l, grown_l, comp_l = sched.tolist(), grown.tolist(), self.r_comp.tolist()
         free = self.free
         i = 0
-        stop = False
-        while i < n_run:
-            if sched_l[i] == 0:          # budget spent: vLLM's loop has stopped here
-                break
-            while blocks_l[i] > free:
-                n_run -= 1               # preempt the last running request
+        while i < n_run and sched_l[i] > 0:    # sched 0: the budget is spent, the pass stopped
+            while grown_l[i] > free:
+                n_run -= 1                      # preempt the last running request
                 victim = int(self.r_id[n_run])
                 free += _cdiv(comp_l[n_run], bs)
                 self.preemptions += 1
+                self.produced[victim] = int(self.r_seq[n_run] - self.prompt[victim])
+                self.last[victim] = self.r_last[n_run]
                 self.waiting.appendleft(victim)
-                if n_run == i:
-                    stop = True
+                if n_run == i:                  # it preempted itself: the pass ends
                     break
-            if stop:
+            if n_run == i:
                 break
-            free -= blocks_l[i]
+            free -= grown_l[i]
             i += 1
         self.free = free
-        keep = slice(0, n_run)
-        self.r_id, self.r_comp = self.r_id[keep], self.r_comp[keep]
-        self.r_seq, self.r_out = self.r_seq[keep], self.r_out[keep]
+        self.r_id, self.r_comp = self.r_id[:n_run], self.r_comp[:n_run]
+        self.r_seq, self.r_rem = self.r_seq[:n_run], self.r_rem[:n_run]
+        self.r_last = self.r_last[:n_run]
         out = np.asarray(sched_l[:n_run], dtype=np.int64)
-        out[i:] = 0                      # after a self-preemption nothing more runs
+        out[i:] = 0
         return out, True
