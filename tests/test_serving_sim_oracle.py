@@ -21,7 +21,7 @@ LAW = LinearStepTime(6e-3, 6e-5, 3e-9)
 def vllm_run(*args, **kwargs) -> ServingRun:
     """vLLM's scheduler, or a skip where requirements-vllm.txt is not installed."""
     pytest.importorskip("vllm")
-    from kvlib.vllm_oracle import vllm_serving_run
+    from kvlib.engines.vllm_oracle import vllm_serving_run
 
     return vllm_serving_run(*args, **kwargs)
 

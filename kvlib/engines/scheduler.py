@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..checks import number, positive_integer
+from ..core.checks import number, positive_integer
 
 StepTime = Callable[[NDArray[np.int64]], float]
 
@@ -150,8 +150,10 @@ class ServingRun:
         return result
 
 
-def _check_inputs(requests: ArrayLike, arrival_s: ArrayLike
-                  ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+def check_serving_inputs(requests: ArrayLike, arrival_s: ArrayLike
+                         ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """Prompt tokens, output tokens and arrival times of ``simulate_serving``'s inputs, checked:
+    (n ≥ 1, 2) integers ≥ 1 and n finite, non-decreasing times (ValueError naming the problem)."""
     req = np.asarray(requests)
     if req.ndim != 2 or req.shape[1] != 2 or len(req) == 0:
         raise ValueError(f"requests must be an (n, 2) array of prompt and output tokens, n >= 1; "
@@ -183,7 +185,7 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     (12 ms, first token) and 2 decode steps (6.06 ms each): TTFT 12 ms, E2E 24.12 ms.
     Raises ValueError for a request the pool could never hold.
     """
-    prompt, output, arrival = _check_inputs(requests, arrival_s)
+    prompt, output, arrival = check_serving_inputs(requests, arrival_s)
     pool = positive_integer("pool_blocks", pool_blocks)
     bs = positive_integer("block_size", block_size)
     max_seqs = positive_integer("max_num_seqs", max_num_seqs)

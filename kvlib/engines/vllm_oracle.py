@@ -74,7 +74,7 @@ def _llama_config_dir() -> str:
     import tempfile
     from pathlib import Path
 
-    from .data import data_dir
+    from ..core.data import data_dir
 
     global _CONFIG_DIR
     if _CONFIG_DIR is None or not (Path(_CONFIG_DIR) / "config.json").exists():
@@ -111,9 +111,9 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from .engines.scheduler import ServingRun, _check_inputs
+    from .scheduler import ServingRun, check_serving_inputs
 
-    prompt, output, arrival = _check_inputs(requests, arrival_s)
+    prompt, output, arrival = check_serving_inputs(requests, arrival_s)
     block_size = positive_integer("block_size", block_size)
     pool_blocks = positive_integer("pool_blocks", pool_blocks)
     n = len(prompt)
