@@ -200,16 +200,17 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max).run()
 
 
-def _cdiv(x: Any, d: int) -> Any:
+def _cdiv(x: int, d: int) -> int:
     return -(-x // d)
 
 
-_NO_INTS = np.zeros(0, dtype=np.int64)
+ID, COMP, SEQ, REM = range(4)      # columns of the running table
 
 
 class _Engine:
-    """The state of one run. Running requests are parallel arrays in vLLM's running order: id,
-    computed tokens, sequence (prompt + tokens sampled), tokens still to sample, last token time.
+    """The state of one run. ``run`` (k × 4 ints) holds the running requests in vLLM's running
+    order: id, computed tokens, sequence (prompt + tokens sampled), tokens still to sample;
+    ``last`` their last token times. ``held`` = Σ ceil(computed / block size) blocks in use.
     """
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
@@ -220,24 +221,21 @@ class _Engine:
         self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
         self.step_time = step_time
         self.decode_steps = getattr(step_time, "decode_steps", None)
-        self.free = pool
+        self.held = 0
         self.clock = float(arrival[0])
         self.steps = 0
         self.preemptions = 0
-        self.produced = np.zeros(self.n, dtype=np.int64)     # synced when a request leaves
-        self.last = np.zeros(self.n)                          # running (preempted)
+        self.produced = [0] * self.n          # tokens sampled; kept for requests not running
+        self.last_out = [0.0] * self.n        # last token time; likewise
         self.first = np.full(self.n, np.nan)
         self.finish = np.full(self.n, np.nan)
         self.itl_one: list[NDArray[np.float64]] = []          # ITLs seen by one token each
-        self.itl_v: list[NDArray[np.float64]] = []            # ITLs seen by itl_k tokens each
+        self.itl_v: list[float] = []                           # ITLs seen by itl_k tokens each
         self.itl_k: list[int] = []
         self.waiting: deque[int] = deque()
         self.next_arrival = 0
-        self.r_id = _NO_INTS
-        self.r_comp = _NO_INTS
-        self.r_seq = _NO_INTS
-        self.r_rem = _NO_INTS
-        self.r_last = np.zeros(0)
+        self.run_ = np.zeros((0, 4), dtype=np.int64)
+        self.last = np.zeros(0)
         self.all_decode = True        # every running request needs exactly 1 token
 
     def _arrive(self) -> None:
@@ -256,22 +254,23 @@ class _Engine:
         return float(dt)
 
     def _head_admissible(self) -> bool:
-        if not self.waiting or len(self.r_id) >= self.max_seqs or len(self.r_id) >= self.budget:
+        k = len(self.run_)
+        if not self.waiting or k >= self.max_seqs or k >= self.budget:
             return False
         h = self.waiting[0]
-        return _cdiv(int(self.prompt[h] + self.produced[h]), self.bs) <= self.free
+        return _cdiv(int(self.prompt[h]) + self.produced[h], self.bs) <= self.pool - self.held
 
-    def _update_free(self) -> None:
-        self.free = self.pool - int(((self.r_comp + (self.bs - 1)) // self.bs).sum())
+    def _held(self, comp: NDArray[np.int64]) -> int:
+        return int(((comp + (self.bs - 1)) // self.bs).sum())
 
     def run(self) -> ServingRun:
         done = 0
         while done < self.n:
             self._arrive()
-            if not len(self.r_id) and not self.waiting:
+            if not len(self.run_) and not self.waiting:
                 self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
                 continue
-            if (self.all_decode and len(self.r_id) and len(self.r_id) <= self.budget
+            if (self.all_decode and len(self.run_) and len(self.run_) <= self.budget
                     and not self._head_admissible()):
                 done += self._decode_run()
             else:
@@ -294,15 +293,17 @@ class _Engine:
         """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
         admitted: up to the first finish, the last step whose blocks the pool still has, and
         (with nothing waiting) the last step that starts before the next arrival."""
-        comp, bs = self.r_comp, self.bs
-        k = len(comp)
-        m = int(self.r_rem.min())
-        if k * ((m - 1) // bs + 1) > self.free:     # the blocks may run out: count them
+        run, bs = self.run_, self.bs
+        comp = run[:, COMP]
+        k = len(run)
+        free = self.pool - self.held
+        m = int(run[:, REM].min())
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
             # a request needs a new block on the steps where its computed tokens are a
             # multiple of bs
             hist = np.bincount(comp % bs, minlength=bs)
             demand = np.cumsum(hist[(-np.arange(m)) % bs])
-            m = int(np.searchsorted(demand, self.free, side="right"))
+            m = int(np.searchsorted(demand, free, side="right"))
             if m == 0:
                 return self._step()
         t_next = (float(self.arrival[self.next_arrival])
@@ -325,141 +326,161 @@ class _Engine:
             m = len(times)
             dt = np.asarray(times)
             ends = np.cumsum(np.concatenate(([self.clock], dt)))
-        self.r_comp = comp + m
-        self.r_seq = self.r_seq + m
-        self.r_rem = self.r_rem - m
-        self.itl_one.append(ends[1] - self.r_last)
+        run = run + np.array((0, m, m, -m))
+        self.run_ = run
+        self.held = self._held(run[:, COMP])
+        self.itl_one.append(ends[1] - self.last)
         if m > 1:
-            self.itl_v.extend(dt[1:m].tolist())
-            self.itl_k.extend([k] * (m - 1))
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
         self.clock = float(ends[m])
-        self.r_last = np.full(k, self.clock)
+        self.last = np.full(k, self.clock)
         self.steps += m
-        done = self._finish(self.r_rem == 0)
-        self._update_free()
-        return done
+        return self._finish(run[:, REM] == 0)
 
     def _finish(self, fin: NDArray[np.bool_]) -> int:
         """Retire the running requests ``fin`` marks, which sampled their last token now."""
         if not fin.any():
             return 0
-        rid = self.r_id
-        self.finish[rid[fin]] = self.clock
+        run = self.run_
+        gone = run[fin]
+        self.finish[gone[:, ID]] = self.clock
+        self.held -= self._held(gone[:, COMP])
         keep = ~fin
-        self.r_id, self.r_comp, self.r_seq = rid[keep], self.r_comp[keep], self.r_seq[keep]
-        self.r_rem, self.r_last = self.r_rem[keep], self.r_last[keep]
-        return len(rid) - len(self.r_id)
+        self.run_, self.last = run[keep], self.last[keep]
+        return len(gone)
 
     def _step(self) -> int:
         """One general step: vLLM's running pass, then its waiting pass, then sampling."""
         bs, budget = self.bs, self.budget
-        comp, seq = self.r_comp, self.r_seq
+        run = self.run_
         preempted = False
-        if len(comp):
-            needs = seq - comp
-            before = np.cumsum(needs) - needs                  # budget used ahead of each
-            sched = np.minimum(needs, np.maximum(budget - before, 0))
-            grown = (comp + sched + (bs - 1)) // bs - (comp + (bs - 1)) // bs
-            wanted = int(grown.sum())
-            if wanted > self.free:
-                sched, preempted = self._running_with_preemption(sched, grown)
-                comp, seq = self.r_comp, self.r_seq
+        k = len(run)
+        if k:
+            comp = run[:, COMP]
+            needs = run[:, SEQ] - comp
+            total = int(needs.sum())
+            if total <= budget:                             # every request gets what it needs
+                sched = needs
+            else:                                           # the budget runs out on the way
+                before = np.cumsum(needs) - needs
+                sched = np.minimum(needs, np.maximum(budget - before, 0))
+                total = budget
+            held = self._held(comp + sched)
+            if held > self.pool:
+                sched, preempted = self._running_with_preemption(sched)
+                run = self.run_
+                total = int(sched.sum())
             else:
-                self.free -= wanted
-            left = budget - int(sched.sum())
+                self.held = held
+            left = budget - total
         else:
-            sched = _NO_INTS
+            sched = np.zeros(0, dtype=np.int64)
             left = budget
         if not preempted and left > 0 and self.waiting:
-            admitted: list[int] = []
+            rows: list[tuple[int, int, int, int]] = []
             adm_sched: list[int] = []
-            waiting, prompt, produced = self.waiting, self.prompt, self.produced
-            n_run = len(self.r_id)
-            free = self.free
+            adm_last: list[float] = []
+            waiting, prompt, produced, output = self.waiting, self.prompt, self.produced, \
+                self.output
+            n_run = len(run)
+            free = self.pool - self.held
             while left > 0 and waiting and n_run < self.max_seqs:
                 h = waiting[0]
-                s_h = int(prompt[h] + produced[h])
+                p_h = produced[h]
+                s_h = int(prompt[h]) + p_h
                 if _cdiv(s_h, bs) > free:
                     break
                 waiting.popleft()
                 s = min(s_h, left)
                 free -= _cdiv(s, bs)
                 left -= s
-                admitted.append(h)
+                rows.append((h, 0, s_h, int(output[h]) - p_h))
                 adm_sched.append(s)
+                adm_last.append(self.last_out[h])
                 n_run += 1
-            self.free = free
-            if admitted:
-                a_id = np.asarray(admitted, dtype=np.int64)
-                a_prod = produced[a_id]
-                self.r_id = np.concatenate((self.r_id, a_id))
-                comp = np.concatenate((comp, np.zeros(len(a_id), dtype=np.int64)))
-                seq = np.concatenate((seq, prompt[a_id] + a_prod))
-                self.r_rem = np.concatenate((self.r_rem, self.output[a_id] - a_prod))
-                self.r_last = np.concatenate((self.r_last, self.last[a_id]))
-                sched = np.concatenate((sched, np.asarray(adm_sched, dtype=np.int64)))
+            self.held = self.pool - free
+            if rows:
+                run = np.concatenate((run, np.array(rows, dtype=np.int64)))
+                self.last = np.concatenate((self.last, adm_last))
+                sched = np.concatenate((sched, adm_sched)).astype(np.int64, copy=False)
         if left > 0 and not preempted:       # the budget lasted: every request got its tokens
             on = None
-            batch = np.column_stack((sched, comp))
+            batch = np.empty((len(run), 2), dtype=np.int64)
+            batch[:, 0] = sched
+            batch[:, 1] = run[:, COMP]
         else:
             on = sched > 0
             if not on.any():
                 raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
                                    "request alone)")
-            batch = np.column_stack((sched[on], comp[on]))
+            batch = np.column_stack((sched[on], run[on, COMP]))
         self.clock += self._time(batch)
         self.steps += 1
-        comp = comp + sched
-        sampled = comp == seq
+        run = run.copy() if run is self.run_ else run
+        run[:, COMP] += sched
+        sampled = run[:, COMP] == run[:, SEQ]
         if on is not None:
             sampled &= on
-        if sampled.any():
-            s_id = self.r_id[sampled]
-            seq = seq + sampled
-            self.r_rem = self.r_rem - sampled
+        if sampled.all():
+            run[:, SEQ:] += np.array((1, -1))
+            s_id = run[:, ID]
+            was = self.last
+            self.last = np.full(len(run), self.clock)
+        elif sampled.any():
+            run[sampled, SEQ] += 1
+            run[sampled, REM] -= 1
+            s_id = run[sampled, ID]
+            was = self.last[sampled]
+            self.last = self.last.copy()
+            self.last[sampled] = self.clock
+        else:
+            s_id = None
+        self.run_ = run
+        if s_id is not None:
             firsts = np.isnan(self.first[s_id])
-            if firsts.any():
+            if firsts.all():
+                self.first[s_id] = self.clock
+            elif firsts.any():
                 self.first[s_id[firsts]] = self.clock
-            later = ~firsts
-            if later.any():
-                self.itl_one.append(self.clock - self.r_last[sampled][later])
-            r_last = self.r_last.copy()
-            r_last[sampled] = self.clock
-            self.r_last = r_last
-        self.r_comp, self.r_seq = comp, seq
-        done = self._finish(self.r_rem == 0)
-        self.all_decode = bool((self.r_seq - self.r_comp == 1).all())
-        self._update_free()
+                self.itl_one.append(self.clock - was[~firsts])
+            else:
+                self.itl_one.append(self.clock - was)
+        done = self._finish(run[:, REM] == 0)
+        run = self.run_
+        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all())
         return done
 
-    def _running_with_preemption(self, sched: NDArray[np.int64], grown: NDArray[np.int64]
+    def _running_with_preemption(self, sched: NDArray[np.int64]
                                  ) -> tuple[NDArray[np.int64], bool]:
         """vLLM's running pass when blocks run out: each request in order allocates its blocks,
         preempting the last running request until it can (or until it preempted itself)."""
         bs = self.bs
-        n_run = len(self.r_id)
-        sched_l, grown_l, comp_l = sched.tolist(), grown.tolist(), self.r_comp.tolist()
-        free = self.free
+        run = self.run_
+        n_run = len(run)
+        ids, comp_l, seq_l = run[:, ID].tolist(), run[:, COMP].tolist(), run[:, SEQ].tolist()
+        sched_l = sched.tolist()
+        free = self.pool - self.held
         i = 0
         while i < n_run and sched_l[i] > 0:    # sched 0: the budget is spent, the pass stopped
-            while grown_l[i] > free:
+            c = comp_l[i]
+            grow = _cdiv(c + sched_l[i], bs) - _cdiv(c, bs)
+            while grow > free:
                 n_run -= 1                      # preempt the last running request
-                victim = int(self.r_id[n_run])
+                victim = ids[n_run]
                 free += _cdiv(comp_l[n_run], bs)
                 self.preemptions += 1
-                self.produced[victim] = int(self.r_seq[n_run] - self.prompt[victim])
-                self.last[victim] = self.r_last[n_run]
+                self.produced[victim] = seq_l[n_run] - int(self.prompt[victim])
+                self.last_out[victim] = float(self.last[n_run])
                 self.waiting.appendleft(victim)
                 if n_run == i:                  # it preempted itself: the pass ends
                     break
             if n_run == i:
                 break
-            free -= grown_l[i]
+            free -= grow
             i += 1
-        self.free = free
-        self.r_id, self.r_comp = self.r_id[:n_run], self.r_comp[:n_run]
-        self.r_seq, self.r_rem = self.r_seq[:n_run], self.r_rem[:n_run]
-        self.r_last = self.r_last[:n_run]
+        self.held = self.pool - free
+        self.run_, self.last = run[:n_run], self.last[:n_run]
         out = np.asarray(sched_l[:n_run], dtype=np.int64)
         out[i:] = 0
         return out, True
