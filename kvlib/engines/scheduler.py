@@ -1,0 +1,486 @@
+"""A continuous-batching serving simulator that schedules as vLLM v1 does (vLLM 0.33.0).
+
+``simulate_serving`` replays requests arriving over time on one engine, on a virtual clock that
+advances by ``step_time(batch)`` after every step, and returns the latencies ``vllm bench serve``
+reports. Each step follows ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule()`` with its
+defaults (FCFS policy, chunked prefill, no prefix caching, no speculative decoding,
+``long_prefill_token_threshold`` 0, watermark 0, ``scheduler_reserve_full_isl`` on):
+
+1. every request whose arrival time has passed joins the back of the WAITING queue; with nothing
+   waiting or running the clock jumps to the next arrival;
+2. RUNNING requests, in order, while the token budget ``max_num_batched_tokens`` lasts: each gets
+   ``min(tokens it still needs, budget left)`` — 1 for a decode, the rest of its prompt (or a
+   chunk of it) for a prefill. A request holds ``ceil(computed tokens / block_size)`` blocks and
+   allocates for the tokens scheduled this step; when the pool cannot give them, vLLM preempts the
+   LAST running request (recompute: its blocks are freed, its computed tokens reset to 0, it goes
+   to the FRONT of the waiting queue) and retries, until the allocation succeeds or the request
+   preempted itself, which ends the running pass;
+3. only if nothing was preempted this step: WAITING requests in FCFS order while budget is left
+   and fewer than ``max_num_seqs`` run. The head is admitted only if the free blocks hold its
+   whole sequence so far (prompt + tokens already generated, for a preempted one), and gets
+   ``min(that sequence, budget left)`` tokens; a head that does not fit stops admission (no
+   skipping);
+4. after the step, every scheduled request whose computed tokens reached its sequence samples one
+   token (its first token, after the step that completes its prompt); a request that has sampled
+   ``output`` tokens finishes and frees its blocks. The last sampled token never enters the cache,
+   so a request holds at most ``ceil((prompt + output - 1) / block_size)`` blocks.
+
+Times: TTFT = first token − arrival (a preempted request keeps its first-token time), E2E = finish −
+arrival, TPOT = (finish − first token) ÷ (output − 1), defined as 0 for a one-token output (as
+``vllm bench serve`` does for its goodput; its TPOT statistics leave those requests out, and so
+does ``ServingRun.summary``). ITL: the time between a request's consecutive tokens.
+
+Speed: runs of pure decode steps (every running request decoding, nothing admissible) are
+advanced many steps at once; a ``step_time`` with a ``decode_steps(computed, n_steps)`` method
+(``LinearStepTime`` has one) gives their times in one call, any other callable is called once per
+step with the same batches and gives the same result. Prefix caching is not simulated: kvlib's
+``VllmBlockCache`` replays one request at a time, not requests sharing the pool concurrently.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..core.checks import number, positive_integer
+
+StepTime = Callable[[NDArray[np.int64]], float]
+
+
+@dataclass(frozen=True)
+class LinearStepTime:
+    """A step-time law: ``base_s`` + ``per_token_s`` × tokens scheduled + ``per_context_token_s`` ×
+    tokens already computed, summed over the batch (seconds).
+
+    ``LinearStepTime(6e-3, 6e-5, 3e-9)`` (6 ms + 0.06 ms per scheduled token + 3 ns per context
+    token; roughly an 8B model on one H100) gives a 4-request decode batch at 1,000 tokens of
+    context each 6 + 4 × 0.06 + 4,000 × 3e-6 = 6.252 ms.
+    """
+
+    base_s: float
+    per_token_s: float
+    per_context_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        number("base_s", self.base_s, positive=True)
+        number("per_token_s", self.per_token_s, minimum=0.0)
+        number("per_context_token_s", self.per_context_token_s, minimum=0.0)
+
+    def _time(self, scheduled: int | NDArray[np.int64], context: int | NDArray[np.int64]) -> Any:
+        return self.base_s + self.per_token_s * scheduled + self.per_context_token_s * context
+
+    def __call__(self, batch: ArrayLike) -> float:
+        """Seconds for one step; ``batch`` rows are (tokens scheduled, tokens already computed)."""
+        b = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+        return float(self._time(int(b[:, 0].sum()), int(b[:, 1].sum())))
+
+    def decode_steps(self, computed: NDArray[np.int64], n_steps: int) -> NDArray[np.float64]:
+        """Seconds of ``n_steps`` consecutive decode steps of the requests holding ``computed``
+        tokens at the first (each schedules 1 token a step; the same numbers ``__call__`` gives)."""
+        k = len(computed)
+        context = int(computed.sum()) + k * np.arange(n_steps, dtype=np.int64)
+        return self._time(k, context).astype(np.float64)
+
+
+def _weighted_percentile(values: NDArray[np.float64], weights: NDArray[np.int64],
+                         q: float) -> float:
+    """``np.percentile(np.repeat(values, weights), q)`` (linear), without the repeat."""
+    order = np.argsort(values, kind="stable")
+    v, cum = values[order], np.cumsum(weights[order])
+    h = (cum[-1] - 1) * q / 100.0
+    lo, hi = math.floor(h), math.ceil(h)
+    x_lo = v[np.searchsorted(cum, lo, side="right")]
+    x_hi = v[np.searchsorted(cum, hi, side="right")]
+    return float(x_lo + (x_hi - x_lo) * (h - lo))
+
+
+@dataclass(frozen=True, eq=False)
+class ServingRun:
+    """One simulated serving run; arrays are per request, in request order, in seconds.
+
+    ``itl_s`` / ``itl_weight``: the distinct inter-token latencies and how many tokens saw each
+    (``np.repeat(itl_s, itl_weight)`` is ``vllm bench serve``'s list of ITLs).
+    """
+
+    prompt_tokens: NDArray[np.int64]
+    output_tokens: NDArray[np.int64]
+    arrival_s: NDArray[np.float64]
+    ttft_s: NDArray[np.float64]
+    tpot_s: NDArray[np.float64]
+    e2e_s: NDArray[np.float64]
+    itl_s: NDArray[np.float64]
+    itl_weight: NDArray[np.int64]
+    preemptions: int          # recompute preemptions, all requests together
+    steps: int                # engine steps that scheduled tokens
+    duration_s: float         # first arrival to last finish
+
+    def summary(self, percentiles: tuple[float, ...] = (90, 99)) -> dict[str, float]:
+        """The numbers ``vllm bench serve`` prints (its ``--save-result`` keys): completed,
+        duration (s), request/output/total-token throughput (per s), and mean, median and
+        ``p{q}`` of ttft, tpot, itl and e2el in ms (TPOT over requests of 2 or more tokens)."""
+        n = len(self.arrival_s)
+        out_tok = int(self.output_tokens.sum())
+        result: dict[str, float] = {
+            "completed": n, "duration": self.duration_s,
+            "request_throughput": n / self.duration_s,
+            "output_throughput": out_tok / self.duration_s,
+            "total_token_throughput": (out_tok + int(self.prompt_tokens.sum())) / self.duration_s,
+        }
+        multi = self.output_tokens > 1
+        series = {"ttft": (self.ttft_s, None), "tpot": (self.tpot_s[multi], None),
+                  "itl": (self.itl_s, self.itl_weight), "e2el": (self.e2e_s, None)}
+        for name, (values, weights) in series.items():
+            if len(values) == 0:
+                values, weights = np.zeros(1), None
+            if weights is None:
+                result[f"mean_{name}_ms"] = float(np.mean(values)) * 1e3
+                result[f"median_{name}_ms"] = float(np.median(values)) * 1e3
+                for q in percentiles:
+                    result[f"p{q:g}_{name}_ms"] = float(np.percentile(values, q)) * 1e3
+            else:
+                result[f"mean_{name}_ms"] = float(values @ weights / weights.sum()) * 1e3
+                result[f"median_{name}_ms"] = _weighted_percentile(values, weights, 50) * 1e3
+                for q in percentiles:
+                    result[f"p{q:g}_{name}_ms"] = _weighted_percentile(values, weights, q) * 1e3
+        return result
+
+
+def check_serving_inputs(requests: ArrayLike, arrival_s: ArrayLike
+                         ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """Prompt tokens, output tokens and arrival times of ``simulate_serving``'s inputs, checked:
+    (n ≥ 1, 2) integers ≥ 1 and n finite, non-decreasing times (ValueError naming the problem)."""
+    req = np.asarray(requests)
+    if req.ndim != 2 or req.shape[1] != 2 or len(req) == 0:
+        raise ValueError(f"requests must be an (n, 2) array of prompt and output tokens, n >= 1; "
+                         f"got shape {req.shape}")
+    if not np.issubdtype(req.dtype, np.integer):
+        raise ValueError(f"requests must hold integers, got {req.dtype}")
+    req = req.astype(np.int64)
+    if (req < 1).any():
+        raise ValueError("every request needs at least 1 prompt token and 1 output token")
+    arr = np.asarray(arrival_s, dtype=np.float64)
+    if arr.shape != (len(req),):
+        raise ValueError(f"arrival_s must hold one time per request ({len(req)}), "
+                         f"got shape {arr.shape}")
+    if not np.isfinite(arr).all() or (np.diff(arr) < 0).any():
+        raise ValueError("arrival_s must be finite and non-decreasing")
+    return req[:, 0].copy(), req[:, 1].copy(), arr
+
+
+def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: int,
+                     block_size: int = 16, step_time: StepTime, max_num_seqs: int = 256,
+                     max_num_batched_tokens: int = 8192) -> ServingRun:
+    """Serve ``requests`` ((n, 2) prompt and output tokens) arriving at ``arrival_s`` (seconds,
+    non-decreasing) on a pool of ``pool_blocks`` blocks of ``block_size`` tokens, scheduled as vLLM
+    v1 does (module docstring). ``step_time(batch)`` → seconds of one step, given a (k, 2) int
+    array of (tokens scheduled this step, tokens already computed) per scheduled request, running
+    requests first, in scheduling order.
+
+    One request alone (prompt 100, output 3, ``LinearStepTime(6e-3, 6e-5)``): a 100-token step
+    (12 ms, first token) and 2 decode steps (6.06 ms each): TTFT 12 ms, E2E 24.12 ms.
+    Raises ValueError for a request the pool could never hold.
+    """
+    prompt, output, arrival = check_serving_inputs(requests, arrival_s)
+    pool = positive_integer("pool_blocks", pool_blocks)
+    bs = positive_integer("block_size", block_size)
+    max_seqs = positive_integer("max_num_seqs", max_num_seqs)
+    budget_max = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
+    if not callable(step_time):
+        raise ValueError(f"step_time must be callable, got {step_time!r}")
+    need = -(-(prompt + output - 1) // bs)
+    if (need > pool).any():
+        i = int(np.argmax(need > pool))
+        raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} tokens) needs "
+                         f"{int(need[i]):,} blocks of {bs}; the pool has {pool:,}")
+    return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max).run()
+
+
+def _cdiv(x: int, d: int) -> int:
+    return -(-x // d)
+
+
+ID, COMP, SEQ, REM = range(4)      # columns of the running table
+
+
+class _Engine:
+    """The state of one run. ``run`` (k × 4 ints) holds the running requests in vLLM's running
+    order: id, computed tokens, sequence (prompt + tokens sampled), tokens still to sample;
+    ``last`` their last token times. ``held`` = Σ ceil(computed / block size) blocks in use.
+    """
+
+    def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
+                 arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
+                 max_seqs: int, budget: int) -> None:
+        self.prompt, self.output, self.arrival = prompt, output, arrival
+        self.n = len(prompt)
+        self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
+        self.step_time = step_time
+        self.decode_steps = getattr(step_time, "decode_steps", None)
+        self.held = 0
+        self.clock = float(arrival[0])
+        self.steps = 0
+        self.preemptions = 0
+        self.produced = [0] * self.n          # tokens sampled; kept for requests not running
+        self.last_out = [0.0] * self.n        # last token time; likewise
+        self.first = np.full(self.n, np.nan)
+        self.finish = np.full(self.n, np.nan)
+        self.itl_one: list[NDArray[np.float64]] = []          # ITLs seen by one token each
+        self.itl_v: list[float] = []                           # ITLs seen by itl_k tokens each
+        self.itl_k: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.next_arrival = 0
+        self.run_ = np.zeros((0, 4), dtype=np.int64)
+        self.last = np.zeros(0)
+        self.all_decode = True        # every running request needs exactly 1 token
+
+    def _arrive(self) -> None:
+        i = self.next_arrival
+        if i < self.n and self.arrival[i] <= self.clock:
+            j = int(np.searchsorted(self.arrival, self.clock, side="right"))
+            self.waiting.extend(range(i, j))
+            self.next_arrival = j
+
+    def _time(self, batch: NDArray[np.int64]) -> float:
+        dt = self.step_time(batch)
+        if not (isinstance(dt, (int, float, np.floating, np.integer)) and math.isfinite(dt)
+                and dt > 0):
+            raise ValueError(f"step_time must return a positive finite number of seconds, "
+                             f"got {dt!r}")
+        return float(dt)
+
+    def _head_admissible(self) -> bool:
+        k = len(self.run_)
+        if not self.waiting or k >= self.max_seqs or k >= self.budget:
+            return False
+        h = self.waiting[0]
+        return _cdiv(int(self.prompt[h]) + self.produced[h], self.bs) <= self.pool - self.held
+
+    def _held(self, comp: NDArray[np.int64]) -> int:
+        return int(((comp + (self.bs - 1)) // self.bs).sum())
+
+    def run(self) -> ServingRun:
+        done = 0
+        while done < self.n:
+            self._arrive()
+            if not len(self.run_) and not self.waiting:
+                self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
+                continue
+            if (self.all_decode and len(self.run_) and len(self.run_) <= self.budget
+                    and not self._head_admissible()):
+                done += self._decode_run()
+            else:
+                done += self._step()
+        first, finish, arrival, output = self.first, self.finish, self.arrival, self.output
+        if not np.isfinite(finish).all():
+            raise ValueError("step_time gave a time that is not finite")
+        multi = output > 1
+        tpot = np.zeros(self.n)
+        tpot[multi] = (finish[multi] - first[multi]) / (output[multi] - 1)
+        ones = np.concatenate(self.itl_one) if self.itl_one else np.zeros(0)
+        itl_v = np.concatenate([ones, np.asarray(self.itl_v, dtype=np.float64)])
+        itl_w = np.concatenate([np.ones(len(ones), dtype=np.int64),
+                                np.asarray(self.itl_k, dtype=np.int64)])
+        return ServingRun(self.prompt, output, arrival, first - arrival, tpot,
+                          finish - arrival, itl_v, itl_w, self.preemptions,
+                          self.steps, float(finish.max() - arrival[0]))
+
+    def _decode_run(self) -> int:
+        """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
+        admitted: up to the first finish, the last step whose blocks the pool still has, and
+        (with nothing waiting) the last step that starts before the next arrival."""
+        run, bs = self.run_, self.bs
+        comp = run[:, COMP]
+        k = len(run)
+        free = self.pool - self.held
+        m = int(run[:, REM].min())
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            # a request needs a new block on the steps where its computed tokens are a
+            # multiple of bs
+            hist = np.bincount(comp % bs, minlength=bs)
+            demand = np.cumsum(hist[(-np.arange(m)) % bs])
+            m = int(np.searchsorted(demand, free, side="right"))
+            if m == 0:
+                return self._step()
+        t_next = (float(self.arrival[self.next_arrival])
+                  if not self.waiting and self.next_arrival < self.n else math.inf)
+        if self.decode_steps is not None:
+            dt = np.asarray(self.decode_steps(comp, m), dtype=np.float64)
+            if not dt.min() > 0:
+                raise ValueError("step_time.decode_steps must return positive seconds")
+            ends = np.cumsum(np.concatenate(([self.clock], dt)))
+            if t_next < math.inf:      # step j starts at ends[j]; keep those starting before
+                m = min(m, int(np.searchsorted(ends[1:m], t_next, side="left")) + 1)
+        else:
+            times: list[float] = []
+            t = self.clock
+            ones = np.ones(k, dtype=np.int64)
+            while len(times) < m and (not times or t < t_next):
+                d = self._time(np.column_stack((ones, comp + len(times))))
+                times.append(d)
+                t += d
+            m = len(times)
+            dt = np.asarray(times)
+            ends = np.cumsum(np.concatenate(([self.clock], dt)))
+        run = run + np.array((0, m, m, -m))
+        self.run_ = run
+        self.held = self._held(run[:, COMP])
+        self.itl_one.append(ends[1] - self.last)
+        if m > 1:
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
+        self.clock = float(ends[m])
+        self.last = np.full(k, self.clock)
+        self.steps += m
+        return self._finish(run[:, REM] == 0)
+
+    def _finish(self, fin: NDArray[np.bool_]) -> int:
+        """Retire the running requests ``fin`` marks, which sampled their last token now."""
+        if not fin.any():
+            return 0
+        run = self.run_
+        gone = run[fin]
+        self.finish[gone[:, ID]] = self.clock
+        self.held -= self._held(gone[:, COMP])
+        keep = ~fin
+        self.run_, self.last = run[keep], self.last[keep]
+        return len(gone)
+
+    def _step(self) -> int:
+        """One general step: vLLM's running pass, then its waiting pass, then sampling."""
+        bs, budget = self.bs, self.budget
+        run = self.run_
+        preempted = False
+        k = len(run)
+        if k:
+            comp = run[:, COMP]
+            needs = run[:, SEQ] - comp
+            total = int(needs.sum())
+            if total <= budget:                             # every request gets what it needs
+                sched = needs
+            else:                                           # the budget runs out on the way
+                before = np.cumsum(needs) - needs
+                sched = np.minimum(needs, np.maximum(budget - before, 0))
+                total = budget
+            held = self._held(comp + sched)
+            if held > self.pool:
+                sched, preempted = self._running_with_preemption(sched)
+                run = self.run_
+                total = int(sched.sum())
+            else:
+                self.held = held
+            left = budget - total
+        else:
+            sched = np.zeros(0, dtype=np.int64)
+            left = budget
+        if not preempted and left > 0 and self.waiting:
+            rows: list[tuple[int, int, int, int]] = []
+            adm_sched: list[int] = []
+            adm_last: list[float] = []
+            waiting, prompt, produced, output = self.waiting, self.prompt, self.produced, \
+                self.output
+            n_run = len(run)
+            free = self.pool - self.held
+            while left > 0 and waiting and n_run < self.max_seqs:
+                h = waiting[0]
+                p_h = produced[h]
+                s_h = int(prompt[h]) + p_h
+                if _cdiv(s_h, bs) > free:
+                    break
+                waiting.popleft()
+                s = min(s_h, left)
+                free -= _cdiv(s, bs)
+                left -= s
+                rows.append((h, 0, s_h, int(output[h]) - p_h))
+                adm_sched.append(s)
+                adm_last.append(self.last_out[h])
+                n_run += 1
+            self.held = self.pool - free
+            if rows:
+                run = np.concatenate((run, np.array(rows, dtype=np.int64)))
+                self.last = np.concatenate((self.last, adm_last))
+                sched = np.concatenate((sched, adm_sched)).astype(np.int64, copy=False)
+        if left > 0 and not preempted:       # the budget lasted: every request got its tokens
+            on = None
+            batch = np.empty((len(run), 2), dtype=np.int64)
+            batch[:, 0] = sched
+            batch[:, 1] = run[:, COMP]
+        else:
+            on = sched > 0
+            if not on.any():
+                raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                                   "request alone)")
+            batch = np.column_stack((sched[on], run[on, COMP]))
+        self.clock += self._time(batch)
+        self.steps += 1
+        run = run.copy() if run is self.run_ else run
+        run[:, COMP] += sched
+        sampled = run[:, COMP] == run[:, SEQ]
+        if on is not None:
+            sampled &= on
+        if sampled.all():
+            run[:, SEQ:] += np.array((1, -1))
+            s_id = run[:, ID]
+            was = self.last
+            self.last = np.full(len(run), self.clock)
+        elif sampled.any():
+            run[sampled, SEQ] += 1
+            run[sampled, REM] -= 1
+            s_id = run[sampled, ID]
+            was = self.last[sampled]
+            self.last = self.last.copy()
+            self.last[sampled] = self.clock
+        else:
+            s_id = None
+        self.run_ = run
+        if s_id is not None:
+            firsts = np.isnan(self.first[s_id])
+            if firsts.all():
+                self.first[s_id] = self.clock
+            elif firsts.any():
+                self.first[s_id[firsts]] = self.clock
+                self.itl_one.append(self.clock - was[~firsts])
+            else:
+                self.itl_one.append(self.clock - was)
+        done = self._finish(run[:, REM] == 0)
+        run = self.run_
+        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all())
+        return done
+
+    def _running_with_preemption(self, sched: NDArray[np.int64]
+                                 ) -> tuple[NDArray[np.int64], bool]:
+        """vLLM's running pass when blocks run out: each request in order allocates its blocks,
+        preempting the last running request until it can (or until it preempted itself)."""
+        bs = self.bs
+        run = self.run_
+        n_run = len(run)
+        ids, comp_l, seq_l = run[:, ID].tolist(), run[:, COMP].tolist(), run[:, SEQ].tolist()
+        sched_l = sched.tolist()
+        free = self.pool - self.held
+        i = 0
+        while i < n_run and sched_l[i] > 0:    # sched 0: the budget is spent, the pass stopped
+            c = comp_l[i]
+            grow = _cdiv(c + sched_l[i], bs) - _cdiv(c, bs)
+            while grow > free:
+                n_run -= 1                      # preempt the last running request
+                victim = ids[n_run]
+                free += _cdiv(comp_l[n_run], bs)
+                self.preemptions += 1
+                self.produced[victim] = seq_l[n_run] - int(self.prompt[victim])
+                self.last_out[victim] = float(self.last[n_run])
+                self.waiting.appendleft(victim)
+                if n_run == i:                  # it preempted itself: the pass ends
+                    break
+            if n_run == i:
+                break
+            free -= grow
+            i += 1
+        self.held = self.pool - free
+        self.run_, self.last = run[:n_run], self.last[:n_run]
+        out = np.asarray(sched_l[:n_run], dtype=np.int64)
+        out[i:] = 0
+        return out, True
