@@ -673,7 +673,8 @@ def model_family(model: str) -> str:
     Qwen3-Next, Qwen3.5), else "MLA-MoE" when it has latent attention (DeepSeek-V2/V3/R1,
     Kimi-K2), else "MoE" when any FFN is a mixture of experts (gpt-oss, Qwen3-235B, MiniMax,
     Llama-4), else "dense GQA" (every dense softmax-attention model, MHA and sliding windows
-    included). E.g. ``model_family("deepseek-v3") == "MLA-MoE"``."""
+    included); a dense latent-attention model would be "MLA" (the registry has none). E.g.
+    ``model_family("deepseek-v3") == "MLA-MoE"``."""
     return _family(model)
 
 
