@@ -251,6 +251,21 @@ SCHEMAS: dict[str, Schema] = {
                   "concurrency": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
                   "output_tokens": _POSITIVE_COUNT},
         unique=("id",), source=("source_url",)),
+    # the fresh validation set: never fitted, never used for a design choice (kvlib.calibrate)
+    "speed_fresh.csv": Schema(
+        required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
+                  "gpu": TEXT, "n_gpus": _POSITIVE_COUNT, "tp": _POSITIVE_COUNT,
+                  "metric": choice("time_per_output_token_s", "time_to_first_token_s",
+                                   "batch_latency_s"),
+                  "value": _POSITIVE, "unit": TEXT, "era": choice("modern"),
+                  "benchmark_mode": choice("serving", "static"), "model_slug": SLUG_CELL,
+                  "weight_format": TEXT, "accessed": DATE, "dated": DATE},
+        optional={"batch": _POSITIVE_COUNT, "concurrency": _POSITIVE_COUNT,
+                  "input_tokens": _POSITIVE_COUNT, "output_tokens": _POSITIVE_COUNT,
+                  "ep": _POSITIVE_COUNT, "gpu_slug": SLUG_CELL,
+                  "mean_input_tokens": _POSITIVE, "mean_output_tokens": _POSITIVE,
+                  "dp_attention": choice("true", "false")},
+        unique=("id",), source=("source_url",)),
     "workloads.csv": Schema(
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
                   "source_url": URL},
