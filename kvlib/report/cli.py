@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
   kvlib cost --price 2.90 --tps 1000
   kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
+  kvlib slo llama-3.1-70b h100-sxm --tp 2 --weight-dtype fp8 --kv-dtype fp8 --ttft 2 --tpot 0.05
   kvlib recheck a07 a12
   kvlib models
 """
@@ -228,6 +229,50 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     return data, _table(rows)
 
 
+def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """Requests/s one replica sustains within a latency target, and what that means."""
+    from ..engines.workloads import random_lengths
+    from ..serve import load
+
+    d = _deployment(args)
+    slo = load.SLO(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile)
+    output = args.output_tokens or min(1024, args.context // 2)
+    if not 0 < output < args.context:
+        raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
+    requests = random_lengths(args.requests, args.context - output, output, args.range_ratio,
+                              seed=args.seed)
+    cap = load.max_rate_at_slo(d, requests, slo, seed=args.seed)
+    data: dict[str, Any] = {
+        "model": d.model.name, "gpu": args.gpu, "n_gpus_per_replica": d.n_gpus,
+        "slo": {"percentile": slo.percentile, "ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "requests_per_s": cap.rate_rps, "saturated_requests_per_s": cap.saturated_rps,
+        "concurrent_users": cap.concurrency, "utilization": cap.utilization,
+        "ttft_s_at_percentile": cap.ttft_s, "tpot_s_at_percentile": cap.tpot_s,
+        "search_tolerance": cap.tolerance}
+    rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica"),
+            ("target", f"p{slo.percentile:g} TTFT ≤ {slo.ttft_s} s, TPOT ≤ {slo.tpot_s} s"),
+            ("within the target", f"{cap.rate_rps:,.2f} requests/s per replica "
+                                  f"(saturated: {cap.saturated_rps:,.2f}), "
+                                  f"{cap.concurrency:,.0f} users in flight, "
+                                  f"{cap.utilization:.0%} of saturated throughput")]
+    if cap.rate_rps > 0 and args.peak_rps:
+        data["replicas"] = cap.replicas_for(args.peak_rps)
+        data["gpus"] = cap.gpus_for(args.peak_rps)
+        rows.append((f"for {args.peak_rps:g} requests/s", f"{data['replicas']} replicas, "
+                                                           f"{data['gpus']} GPUs"))
+    if cap.rate_rps > 0 and args.price:
+        data["dollars_per_million_output_tokens"] = cap.dollars_per_million_output(args.price)
+        data["dollars_per_user_hour"] = cap.dollars_per_user_hour(args.price)
+        rows.append(("cost", f"${data['dollars_per_million_output_tokens']:,.3f} per 1M output "
+                             f"tokens, ${data['dollars_per_user_hour']:,.3f} per user-hour at "
+                             f"${args.price:,.2f} per GPU-hour"))
+    if cap.rate_rps <= 0:
+        rows.append(("does not meet it", f"even one request at a time gives p{slo.percentile:g} "
+                     f"TTFT {cap.ttft_s:.2f} s, TPOT {cap.tpot_s:.3f} s"))
+    rows.append(("TTFT", "a lower bound: published benchmarks run longer (Appendix A)"))
+    return data, _table(rows)
+
+
 def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
     from . import recheck
 
@@ -311,6 +356,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
     p.add_argument("--output-tokens", type=int, default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
+    _deployment_flags(p)
+
+    p = command("slo", _slo, "requests/s, users and $ within a latency target (simulated load)")
+    p.add_argument("model", help="registry slug or config.json")
+    p.add_argument("gpu", help="GPU slug, e.g. h100-sxm")
+    p.add_argument("--ttft", type=float, default=None, help="target TTFT at the percentile (s)")
+    p.add_argument("--tpot", type=float, default=None,
+                   help="target time per output token at the percentile (s; 0.05 = 20 tok/s)")
+    p.add_argument("--percentile", type=float, default=99.0, help="percentile (default 99)")
+    p.add_argument("--context", type=int, default=2300,
+                   help="mean prompt + output tokens of a request (default 2300)")
+    p.add_argument("--output-tokens", type=int, default=300,
+                   help="mean generated tokens (default 300)")
+    p.add_argument("--range-ratio", type=float, default=0.5,
+                   help="lengths uniform within ± this share of the means (default 0.5)")
+    p.add_argument("--requests", type=int, default=1000, help="simulated requests (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
+    p.add_argument("--peak-rps", type=float, default=None, help="peak requests/s to size for")
+    p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
     _deployment_flags(p)
 
     p = command("recheck", _recheck, "recheck published claims from data/claims/")

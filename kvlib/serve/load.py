@@ -262,8 +262,8 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
                 hi = mid
     ttft, tpot = slo.observed(best)
     keep = steady(best)
-    out_tps = lo * float(best.output_tokens[keep].mean())
-    in_tps = lo * float(best.prompt_tokens[keep].mean())
+    out_tps = lo * float(best.output_tokens.mean())
+    in_tps = lo * float(best.prompt_tokens.mean())
     little = lo * float(best.e2e_s[keep].mean())
     return SLOCapacity(d, slo, lo, sat_rps, little, out_tps / sat_out, ttft, tpot, out_tps,
                        in_tps, d.n_gpus, tol, best)
