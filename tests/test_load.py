@@ -1,0 +1,126 @@
+"""Load and latency targets (kvlib.serve.load) and the mixed-step time they run on
+(kvlib.speed.roofline.step_time / StepTimer): known answers, the closed loop, the SLO search."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import kvlib
+from kvlib.engines import workloads
+from kvlib.serve import load
+from kvlib.speed import roofline
+
+D8 = kvlib.Deployment("llama-3.1-8b", "h100-sxm")
+
+
+def test_step_time_is_the_roofline_step_for_uniform_batches() -> None:
+    # 32 decodes at 4,000 tokens: exactly decode_step's KV reads and attention FLOPs
+    assert roofline.step_time(D8, [(1, 4000)] * 32) == kvlib.decode_step(
+        D8, batch=32, context_tokens=4000).time_s
+    # one 2,048-token prompt: prefill_step samples 8 positions, step_time sums them exactly
+    assert roofline.step_time(D8, [(2048, 0)]) == pytest.approx(
+        kvlib.prefill_step(D8, batch=1, prompt_tokens=2048).time_s, rel=1e-4)
+    # a sliding-window model: windows cap the context in both
+    g = kvlib.Deployment("gemma-3-27b", "h100-sxm")
+    assert roofline.step_time(g, [(1, 30_000)] * 8) == pytest.approx(
+        kvlib.decode_step(g, batch=8, context_tokens=30_000).time_s, rel=1e-12)
+
+
+def test_decode_steps_equal_step_by_step_calls() -> None:
+    for d in (D8, kvlib.Deployment("qwen3-next-80b-a3b", "h100-sxm", tp=4)):
+        timer = roofline.StepTimer(d)
+        computed = np.array([0, 5, 100, 1023, 4000, 9000])
+        fast = timer.decode_steps(computed, 40)
+        slow = [timer(np.column_stack((np.ones(6, dtype=int), computed + j))) for j in range(40)]
+        np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_step_time_refuses_empty_or_negative_batches() -> None:
+    with pytest.raises(ValueError, match="at least one token"):
+        roofline.step_time(D8, [])
+    with pytest.raises(ValueError, match="at least one token"):
+        roofline.step_time(D8, [(0, 10)])
+
+
+def test_arrival_times() -> None:
+    assert (load.arrival_times(5, math.inf) == 0).all()
+    # evenly spaced at 4 requests/s: 0.25, 0.5, 0.75, 1.0
+    np.testing.assert_allclose(load.arrival_times(4, 4.0, burstiness=math.inf),
+                               [0.25, 0.5, 0.75, 1.0])
+    a, b = load.arrival_times(2000, 10.0, seed=3), load.arrival_times(2000, 20.0, seed=3)
+    np.testing.assert_allclose(a, 2 * b)          # the same gaps, scaled: monotone in the rate
+    assert np.diff(a).mean() == pytest.approx(0.1, rel=0.1)
+    bursty = np.diff(load.arrival_times(2000, 10.0, burstiness=0.25, seed=3))
+    assert bursty.std() / bursty.mean() == pytest.approx(2.0, rel=0.15)  # CV = 1/√shape
+    with pytest.raises(ValueError, match="request_rate"):
+        load.arrival_times(3, 0.0)
+
+
+def test_closed_loop_keeps_at_most_concurrency_in_flight() -> None:
+    reqs = workloads.fixed(40, 500, 50)
+    one = load.bench_serve(D8, reqs, concurrency=1)
+    # one at a time: every request sees the same TTFT and E2E, and they add up to the run
+    assert np.ptp(one.ttft_s) == pytest.approx(0, abs=1e-12)
+    assert one.e2e_s.sum() == pytest.approx(one.duration_s, rel=1e-9)
+    four = load.bench_serve(D8, reqs, concurrency=4)
+    start, end = four.arrival_s, four.arrival_s + four.e2e_s
+    in_flight = [((start <= t) & (end > t)).sum() for t in np.linspace(0, end.max(), 400)]
+    assert max(in_flight) <= 4
+    assert four.duration_s < one.duration_s
+
+
+def test_little_law_and_run_row() -> None:
+    run = load.bench_serve(D8, workloads.sharegpt(300, seed=1), request_rate=10.0)
+    row = load.run_row(run, request_rate=10.0)
+    assert row["in_flight"] == pytest.approx(row["request_throughput"] * run.e2e_s.mean())
+    assert row["p99_ttft_s"] >= row["median_ttft_s"] > 0
+
+
+def test_slo_checks() -> None:
+    with pytest.raises(ValueError, match="bounds TTFT, TPOT or both"):
+        load.SLO()
+    with pytest.raises(ValueError, match="percentile"):
+        load.SLO(ttft_s=1.0, percentile=120)
+    with pytest.raises(ValueError, match="tpot_s"):
+        load.SLO(tpot_s=-1)
+
+
+def test_max_rate_at_slo_is_monotone_and_reproducible() -> None:
+    d = kvlib.Deployment("llama-3.1-70b", "h100-sxm", tp=2, weights="fp8", kv="fp8")
+    reqs = workloads.random_lengths(400, 2000, 200, 0.5, seed=0)
+    tight = load.max_rate_at_slo(d, reqs, load.SLO(tpot_s=0.03))
+    loose = load.max_rate_at_slo(d, reqs, load.SLO(tpot_s=0.06))
+    assert 0 < tight.rate_rps <= loose.rate_rps <= loose.saturated_rps
+    assert tight.tpot_s <= 0.03 and loose.tpot_s <= 0.06
+    again = load.max_rate_at_slo(d, reqs, load.SLO(tpot_s=0.03))
+    assert again.rate_rps == tight.rate_rps
+    # replicas for 10 requests/s: ceil(10 / rate); GPUs: replicas × 2
+    assert loose.replicas_for(10) == math.ceil(10 / loose.rate_rps)
+    assert loose.gpus_for(10) == 2 * loose.replicas_for(10)
+    never = load.max_rate_at_slo(d, reqs, load.SLO(tpot_s=1e-4))
+    assert never.rate_rps == 0 and never.run is None
+    with pytest.raises(ValueError, match="no request rate meets this SLO"):
+        never.replicas_for(1)
+
+
+def test_bench_serve_refuses_a_deployment_with_no_pool() -> None:
+    d = kvlib.Deployment("llama-3.1-70b", "h100-sxm")  # 16-bit 70B weights on one 80 GB GPU
+    with pytest.raises(ValueError, match="KV pool is empty"):
+        load.bench_serve(d, workloads.fixed(2, 10, 10))
+
+
+def test_measured_error_table_by_band() -> None:
+    import pandas as pd
+
+    from kvlib.serve import measured
+
+    # two light points missing TPOT by +10 % and −30 %, one past saturation by +50 %
+    errors = pd.DataFrame({"band": ["light", "light", "past"], "not_replayed": ["", "", ""],
+                           **{f"{s}_error": [0.1, -0.3, 0.5] for _, s, _ in measured.COMPARED}})
+    table = measured.error_table(errors)
+    assert table.loc["all", "median_tpot_s median |error|"] == pytest.approx(0.3)
+    assert table.loc["light", "median_tpot_s median |error|"] == pytest.approx(0.2)
+    assert table.loc["past", "request_throughput points"] == 1
+    assert measured.signed_median(errors, "median_tpot_s") == pytest.approx(0.1)
