@@ -204,6 +204,8 @@ def test_a_model_outside_the_registry_needs_its_repository():
     with pytest.raises(ValueError, match="repo="):
         launch_command(d)
     assert launch_command(d, repo="me/my-llama").argv[2] == "me/my-llama"
+    named = d.with_(weights=kvlib.weight_format("bf16", checkpoint="me/named"))
+    assert launch_command(named).argv[2] == "me/named"  # the repository the format names
     with pytest.raises(TypeError):
         launch_command("llama-3.1-8b")  # type: ignore[arg-type]
 

@@ -15,8 +15,10 @@ one it is published in, else the row of ``data/weight_checkpoints.csv`` in that 
 
 Flags, by engine (each checked against the engine's own source):
 
-* **vLLM** 0.33 (``vllm.engine.arg_utils.EngineArgs``; ``tests/test_launch.py`` parses every
-  emitted command with vLLM's own parser): ``--tensor-parallel-size``, ``--max-model-len``,
+* **vLLM** 0.33 (``vllm.engine.arg_utils.EngineArgs``; ``tests/test_launch.py`` parses the
+  command of every registry model and checkpoint, at each tp, KV format and set of limits,
+  with ``vllm serve``'s own parser): ``--tensor-parallel-size``, ``--max-model-len`` (the
+  model's own maximum when the deployment gives none, as vLLM derives it),
   ``--gpu-memory-utilization`` (the share of the GPU's whole memory the engine may take:
   weights, activations and KV pool), ``--kv-cache-dtype``, ``--max-num-seqs``,
   ``--max-num-batched-tokens``, and ``--block-size`` when it is not vLLM's 16. No
