@@ -26,6 +26,7 @@ from .engines.allocator import (ALLOCATORS, POLICIES, BlockAllocator, BuddyAlloc
                                 ContiguousAllocator, OutOfBlocksError, SimResult,
                                 prefix_reuse_lost, reserved_tokens, simulate)
 from .engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool, kv_pool
+from .engines.launch import LaunchCommand, launch_command
 from .engines.prefix import BlockTrace, PrefixReplay, replay_prefix_cache
 from .speed.roofline import (CALIBRATED, DATASHEET, Efficiency, Step, critical_batch,
                              decode_step, prefill_step, step_time)
@@ -49,6 +50,7 @@ __all__ = [
     "ALLOCATORS", "POLICIES", "BlockAllocator", "BuddyAllocator", "ContiguousAllocator",
     "OutOfBlocksError", "SimResult", "prefix_reuse_lost", "reserved_tokens", "simulate",
     "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool",
+    "LaunchCommand", "launch_command",
     "BlockTrace", "PrefixReplay", "replay_prefix_cache",
     "CALIBRATED", "DATASHEET", "Efficiency", "Step", "critical_batch", "decode_step",
     "prefill_step", "step_time",
