@@ -440,6 +440,21 @@ class _Linear:
     def at(self, c: np.ndarray) -> np.ndarray:
         return self.const + sum(slope * np.minimum(c, cap) for slope, cap in self.terms)
 
+    def decoding(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        """Σ over requests of ``at(computed + j)`` for j = 0 … n_steps − 1 (each request one
+        token further every step), in O((requests + steps) log requests)."""
+        c = np.sort(np.asarray(computed, dtype=float))
+        k, j = len(c), np.arange(n_steps, dtype=float)
+        prefix = np.concatenate(([0.0], np.cumsum(c)))
+        out = np.full(n_steps, self.const * k)
+        for slope, cap in self.terms:
+            if cap == math.inf:
+                out += slope * (prefix[-1] + k * j)
+                continue
+            below = np.searchsorted(c, cap - j, side="left")  # c_i + j < cap
+            out += slope * (prefix[below] + below * j + cap * (k - below))
+        return out
+
     def summed(self, start: np.ndarray, n: np.ndarray) -> np.ndarray:
         """Σ of ``at`` over the contexts start, start + 1, …, start + n − 1."""
         def s(x: np.ndarray, cap: float) -> np.ndarray:  # Σ_{t < x} min(t, cap)
@@ -498,30 +513,70 @@ def step_of(deployment: Deployment, batch: Any) -> Step:
     """The ``Step`` of ``step_time``. Each request of ``batch`` — ``(tokens scheduled this step,
     tokens already computed)`` — reads the KV of its computed tokens; a prefill chunk (more than
     one token) also writes its own KV, and each of its tokens attends to the tokens before it."""
-    d = deployment
-    pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
-    if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
-        raise ValueError("a step schedules at least one token for each request, none negative")
-    new, done = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
-    kv, attention, state = _context_costs(d)
-    chunk = new > 1
-    read = kv.at(done) + np.where(done > 0, state, 0)
-    written = np.where(chunk, kv.at(done + new) - kv.at(done), 0.0)
-    flops = np.where(chunk, attention.summed(done, new), attention.at(done))
-    decodes = int((~chunk).sum())
-    prefill = int(new[chunk].sum())
-    tokens = decodes + prefill
-    weights, matmul, fixed, comm = _fixed_terms(d, tokens)
-    g, eff = d.gpu, _efficiency(d)
-    beta = g.bandwidth()
-    kv_bytes = float(read.sum() + written.sum())
-    total_flops = matmul + float(flops.sum())
-    kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
-    return Step(kind=kind, batch=decodes, context_tokens=int(done.mean()), prefill_tokens=prefill,
-                n_gpus=d.tp, weight_bytes=weights, kv_bytes=kv_bytes, flops=total_flops,
-                weights_s=weights / beta, kv_s=kv_bytes / beta,
-                compute_s=total_flops / g.dense_flops(d.weights.compute_dtype), fixed_s=fixed,
-                allreduce_s=comm, efficiency=eff.name, law=eff)
+    return StepTimer(deployment).step(batch)
+
+
+class StepTimer:
+    """``step_time`` of one deployment as the serving simulator calls it, step after step:
+    ``timer(batch)`` is ``step_time(deployment, batch)``, ``timer.step(batch)`` its ``Step``, and
+    ``timer.decode_steps(computed, n)`` the seconds of n consecutive pure-decode steps of requests
+    holding ``computed`` tokens at the first — the same numbers, in one vectorised call."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        d = self.deployment = deployment
+        self.kv, self.attention, self.state = _context_costs(d)
+        self.eff = _efficiency(d)
+        self.beta = d.gpu.bandwidth()
+        self.peak = d.gpu.dense_flops(d.weights.compute_dtype)
+        self._fixed: dict[int, tuple[int, float, float, float]] = {}
+
+    def _terms(self, tokens: int) -> tuple[int, float, float, float]:
+        if tokens not in self._fixed:
+            self._fixed[tokens] = _fixed_terms(self.deployment, tokens)
+        return self._fixed[tokens]
+
+    def step(self, batch: Any) -> Step:
+        pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+        if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
+            raise ValueError("a step schedules at least one token for each request, "
+                             "none negative")
+        new, done = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
+        kv, attention = self.kv, self.attention
+        chunk = new > 1
+        read = float(kv.at(done).sum()) + self.state * int((done > 0).sum())
+        flops = float(attention.at(done[~chunk]).sum())
+        written = 0.0
+        if chunk.any():
+            start, n = done[chunk], new[chunk]
+            written = float((kv.at(start + n) - kv.at(start)).sum())
+            flops += float(attention.summed(start, n).sum())
+        decodes = int((~chunk).sum())
+        prefill = int(new[chunk].sum())
+        weights, matmul, fixed, comm = self._terms(decodes + prefill)
+        kv_bytes = read + written
+        flops += matmul
+        kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
+        return Step(kind=kind, batch=decodes, context_tokens=int(done.sum()) // len(done),
+                    prefill_tokens=prefill, n_gpus=self.deployment.tp, weight_bytes=weights,
+                    kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
+                    kv_s=kv_bytes / self.beta, compute_s=flops / self.peak, fixed_s=fixed,
+                    allreduce_s=comm, efficiency=self.eff.name, law=self.eff)
+
+    def __call__(self, batch: Any) -> float:
+        s = self.step(batch)
+        return float(law_seconds(s.weights_s, s.kv_s, s.compute_s, s.fixed_s, s.allreduce_s,
+                                 self.eff))
+
+    def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        c = np.asarray(computed, dtype=float)
+        k = len(c)
+        weights, matmul, fixed, comm = self._terms(k)
+        with_state = np.full(n_steps, k)  # a request holds its recurrent state once it has tokens
+        with_state[0] = int((c > 0).sum())
+        kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state
+        flops = matmul + self.attention.decoding(c, n_steps)
+        return law_seconds(weights / self.beta, kv_bytes / self.beta, flops / self.peak, fixed,
+                           comm, self.eff)
 
 
 def step_time(deployment: Deployment, batch: Any) -> float:
@@ -533,7 +588,7 @@ def step_time(deployment: Deployment, batch: Any) -> float:
     E.g. ``step_time(Deployment("llama-3.1-8b", "h100-sxm"), [(1, 4000)] * 32 + [(2048, 0)])``:
     32 decodes at 4,000 tokens beside the first 2,048-token chunk of a new prompt.
     """
-    return step_of(deployment, batch).time_s
+    return StepTimer(deployment)(batch)
 
 
 def decode_step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,
