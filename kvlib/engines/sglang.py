@@ -50,7 +50,7 @@ from ..core.checks import integer, positive_integer
 from ..core.units import GIB, MIB
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..hardware.gpus import GPU
+from ..hardware.gpus import GPU, resolve_gpu
 from ..model.formats import KVFormat
 from ..model.model import Model
 from ..model.weights import loaded_weights
@@ -109,7 +109,6 @@ def default_mem_fraction_static(gpu: GPU | str, tp: int = 1, *,
                                 max_running_requests: int | None = None, pp: int = 1) -> float:
     """SGLang's ``mem_fraction_static`` when ``--mem-fraction-static`` is not given:
     round((G − reserved) / G, 3) with G the GPU's nvidia-smi MiB (H100 SXM, tp 1: 0.835)."""
-    from ..hardware.gpus import resolve_gpu
     g = resolve_gpu(gpu)
     mib = gpu_memory_mib(g)
     chunk, graph_bs = capacity_defaults(mib, tp)
