@@ -32,7 +32,9 @@ each line):
 
 What kvlib assumes: F is the total the CUDA runtime reports (``GPU.usable_memory_bytes``) — the
 CUDA context and NCCL buffers created before the weights load (a few hundred MiB) are not
-subtracted; the weights are ``kvlib.model.weights.loaded_weights``. Not modelled (refused with
+subtracted; the weights are ``kvlib.model.weights.loaded_weights``; a request's recurrent state
+is the layers' own ``state_bytes`` (conv state of ``conv_kernel − 1`` taps, as SGLang's
+``configs/mamba_utils.py`` shapes it, and the recurrent state in the config's SSM dtype). Not modelled (refused with
 a ValueError): sliding-window pools (``HybridSWAPoolConfigurator``), DeepSeek-V3.2's indexer,
 KV formats with scales (mxfp8, fp4), speculative decoding, DP attention, DeepEP and the VLM
 adjustment of f. Imports only ``kvlib.core``, ``kvlib.model``, ``kvlib.hardware``,
