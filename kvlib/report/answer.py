@@ -57,7 +57,7 @@ PRICING_KINDS: dict[str, str] = {
 #: price): never part of a market price.
 NOT_OFFERS = frozenset({"assumption"})
 
-#: The prefix-cache hit rate of the page's input-price line (chapter 6's landing example, in chapters/07_prefix_caching.md).
+#: The prefix-cache hit rate of the page's input-price line (chapter 7's landing example, chapters/07_prefix_caching.md).
 PREFIX_HIT_RATE = 0.6
 
 
@@ -316,7 +316,7 @@ def _or(items: Sequence[str]) -> str:
 
 
 def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) -> pd.DataFrame:
-    """Chapter 6's input price (chapters/07_prefix_caching.md) for every fitting case of the grid: $ per 10⁶ input tokens at
+    """Chapter 7's input price (chapters/07_prefix_caching.md) for every fitting case of the grid: $ per 10⁶ input tokens at
     $1 per GPU-hour when each prompt is prefilled alone (``prefix_cost.input_cost_per_million``)
     with no prefix-cache hits (``cold``) and with ``hit_rate`` of every prompt cached
     (``cached``). One row per model, checkpoint, KV dtype, GPU, GPU count and prompt length —

@@ -1,0 +1,135 @@
+"""``bench_serve`` against published serving benchmarks (``data/serving_benchmarks.csv``).
+
+Each row of the file is one load point of a published ``vllm bench serve`` /
+``sglang.bench_serving`` run: a model, GPU and TP degree, a dataset of stated mean lengths, a
+request rate or a client concurrency, and the latencies measured. ``serving_errors`` replays
+every row kvlib can place — a registry model, a GPU of ``data/gpus.csv`` and a TP degree — with
+``bench_serve`` and the row's own settings, and returns predicted ÷ measured − 1 of median and
+p99 TTFT, median TPOT and request throughput, with the row's load band.
+
+What a replay assumes, since the sources print means only: the prompts and outputs are drawn
+uniform within ±``RANGE_RATIO[dataset]`` of the stated means; weights and KV cache are 16-bit
+where the row leaves the format empty; at most ``MAX_REQUESTS`` requests are replayed.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from ..core.data import csv_path
+from ..deployment import ENGINES, Deployment
+from ..engines.workloads import random_lengths
+from .load import bench_serve, run_row, saturated_rps
+
+#: The spread of the lengths drawn for a dataset (a share of the mean): ``random`` as
+#: ``vllm bench serve``'s default (``--random-range-ratio 0``), ShareGPT's wide spread read as
+#: ±90 %.
+RANGE_RATIO = {"random": 0.0, "sharegpt": 0.9}
+#: Most requests replayed per row (the sources ran 50–5,000).
+MAX_REQUESTS = 1000
+#: Load bands, by offered rate ÷ the replayed saturated rate (open loop) or client concurrency.
+RATE_BANDS = ((0.0, 0.5, "light (< 50 % of saturation)"), (0.5, 0.9, "near the knee (50–90 %)"),
+              (0.9, math.inf, "at or past saturation (≥ 90 %)"))
+CONCURRENCY_BANDS = ((1, 1, "concurrency 1"), (2, 16, "concurrency 2–16"),
+                     (17, 1 << 30, "concurrency > 16"))
+#: Measured statistics compared, as (column of the data, key of ``run_row``, scale to seconds).
+COMPARED = (("median_ttft_ms", "median_ttft_s", 1e-3), ("p99_ttft_ms", "p99_ttft_s", 1e-3),
+            ("median_tpot_ms", "median_tpot_s", 1e-3),
+            ("request_throughput", "request_throughput", 1.0))
+
+
+def benchmarks() -> pd.DataFrame:
+    """``data/serving_benchmarks.csv``, one load point per row (``id``)."""
+    return pd.read_csv(csv_path("serving_benchmarks.csv")).set_index("id")
+
+
+def _band(row: pd.Series, saturated: float) -> str:
+    if row["load_kind"] == "concurrency":
+        c = int(row["max_concurrency"])
+        return next(label for lo, hi, label in CONCURRENCY_BANDS if lo <= c <= hi)
+    share = float(row["request_rate"]) / saturated
+    return next(label for lo, hi, label in RATE_BANDS if lo <= share and (share < hi or hi == math.inf))
+
+
+def _placeable(row: pd.Series) -> bool:
+    return (isinstance(row["model_slug"], str) and isinstance(row["gpu_slug"], str)
+            and not pd.isna(row["tp"]) and not pd.isna(row["input_tokens"])
+            and row["dataset"] in RANGE_RATIO)
+
+
+@lru_cache(maxsize=1)
+def serving_errors() -> pd.DataFrame:
+    """One row per placeable benchmark row: its setting, load band, and for each measured
+    statistic of ``COMPARED`` the prediction, the measurement and ``<statistic>_error``
+    (predicted ÷ measured − 1; NaN where the source does not give it); ``not_replayed`` says why
+    a row kvlib places could not be replayed (its deployment does not fit kvlib's memory
+    model), its statistics then NaN."""
+    rows = []
+    for key, row in benchmarks().iterrows():
+        if not _placeable(row):
+            continue
+        d = Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"]),
+                       weights=row["weight_format"] if isinstance(row["weight_format"], str)
+                       else "bf16",
+                       kv=row["kv_cache_dtype"] if isinstance(row["kv_cache_dtype"], str)
+                       else "bf16",
+                       engine=row["engine"] if row["engine"] in ENGINES else "vllm",
+                       max_num_seqs=None if pd.isna(row["max_num_seqs"])
+                       else int(row["max_num_seqs"]),
+                       max_num_batched_tokens=None if pd.isna(row["max_num_batched_tokens"])
+                       else int(row["max_num_batched_tokens"]))
+        n = min(int(row["num_prompts"]), MAX_REQUESTS)
+        requests = random_lengths(n, round(row["input_tokens"]), round(row["output_tokens"]),
+                                  RANGE_RATIO[row["dataset"]], seed=0)
+        try:
+            saturated = saturated_rps(bench_serve(d, requests))
+        except ValueError as exc:  # the deployment does not fit kvlib's memory model
+            rows.append({"id": key, "engine": row["engine"], "model": row["model_slug"],
+                         "gpu": row["gpu_slug"], "tp": int(row["tp"]), "dataset": row["dataset"],
+                         "band": "", "source_url": row["source_url"], "not_replayed": str(exc)})
+            continue
+        if row["load_kind"] == "concurrency":
+            run = bench_serve(d, requests, concurrency=int(row["max_concurrency"]))
+        else:
+            run = bench_serve(d, requests, request_rate=float(row["request_rate"]),
+                              burstiness=1.0 if pd.isna(row["burstiness"])
+                              else float(row["burstiness"]))
+        predicted = run_row(run)
+        out = {"id": key, "engine": row["engine"], "model": row["model_slug"],
+               "gpu": row["gpu_slug"], "tp": int(row["tp"]), "dataset": row["dataset"],
+               "band": _band(row, saturated), "source_url": row["source_url"],
+               "not_replayed": ""}
+        for column, stat, scale in COMPARED:
+            measured = row[column] * scale if not pd.isna(row[column]) else math.nan
+            out[f"{stat}_measured"] = measured
+            out[f"{stat}_predicted"] = predicted[stat]
+            out[f"{stat}_error"] = predicted[stat] / measured - 1 if measured > 0 else math.nan
+        rows.append(out)
+    return pd.DataFrame(rows).set_index("id")
+
+
+def error_table(errors: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Median |error| and the number of points of each compared statistic, by load band and
+    overall (rows), from ``serving_errors``."""
+    errors = serving_errors() if errors is None else errors
+    errors = errors[errors["not_replayed"] == ""]
+    stats = [stat for _, stat, _ in COMPARED]
+    groups = [("all", errors)] + [(band, errors[errors["band"] == band])
+                                  for band in dict.fromkeys(errors["band"])]
+    rows = []
+    for label, sel in groups:
+        row = {"load band": label}
+        for stat in stats:
+            e = sel[f"{stat}_error"].dropna().abs()
+            row[f"{stat} median |error|"] = float(e.median()) if len(e) else math.nan
+            row[f"{stat} points"] = int(len(e))
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("load band")
+
+
+def signed_median(errors: pd.DataFrame, stat: str) -> float:
+    """The median signed error of ``stat`` (negative: the prediction is too fast / too low)."""
+    return float(np.nanmedian(errors[f"{stat}_error"].to_numpy(dtype=float)))
