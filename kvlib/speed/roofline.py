@@ -123,7 +123,7 @@ def engine_key(engine: str, gpu: GPU) -> str:
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.calibrate.fit`` on the train half of the modern measurements in
-#: data/throughput.csv (see Appendix A, chapters/06_validation.md, for its held-out error); tests/test_calibrate.py refits
+#: data/throughput.csv (see Appendix A, chapters/appendix_a_validation.md, for its held-out error); tests/test_calibrate.py refits
 #: and checks these values.
 CALIBRATED = Efficiency(
     "calibrated (data/throughput.csv, train half)", bandwidth=0.96,
