@@ -160,3 +160,271 @@ def test_cli_an_explicit_zero_is_zero():
     assert status == 0 and json.loads(out)["kv_bytes"] == 0
     status, out, _ = cli("cost", "--price", "2", "--tps", "1000")  # defaults still apply
     assert status == 0 and "$0.56 per 1M tokens" in out
+
+
+# --- numpy numbers are numbers everywhere ----------------------------------------------------
+
+_M, _G = "llama-3.1-8b", "h100-sxm"
+
+
+def _d(**kw):
+    return kvlib.Deployment(_M, _G, **kw)
+
+
+#: Every public entry point of ``kvlib.__all__`` that takes numbers, with its numbers given by
+#: ``n`` (int, or np.int64) and ``f`` (float, or np.float64); each must answer the same.
+ENTRY_POINTS = {
+    "AttentionLayer": lambda n, f: kvlib.AttentionLayer(n(8), n(128), window=n(4096)),
+    "MLALayer": lambda n, f: kvlib.MLALayer(n(512), n(64)),
+    "IndexerKeyLayer": lambda n, f: kvlib.IndexerKeyLayer(n(128), n(64)),
+    "Mamba1Layer": lambda n, f: kvlib.Mamba1Layer(n(64), n(16), n(4)),
+    "Mamba2Layer": lambda n, f: kvlib.Mamba2Layer(n(64), n(64), n(128), n(8), n(4)),
+    "GatedDeltaNetLayer": lambda n, f: kvlib.GatedDeltaNetLayer(n(16), n(32), n(128), n(128), n(4)),
+    "KVFormat": lambda n, f: kvlib.KVFormat("t", n(8), block=n(32), block_scale_bits=n(8)),
+    "heads_per_gpu": lambda n, f: kvlib.heads_per_gpu(n(8), n(2)),
+    "mamba_groups_per_gpu": lambda n, f: kvlib.mamba_groups_per_gpu(n(8), n(2)),
+    "split_evenly": lambda n, f: kvlib.split_evenly(n(8), n(2), "x"),
+    "Model.kv_bytes": lambda n, f: kvlib.load_model(_M).kv_bytes(n(1000), "bf16", tp=n(2)),
+    "weight_bytes": lambda n, f: kvlib.weight_bytes(kvlib.params_for(_M), "bf16", n(2)),
+    "loaded_weights": lambda n, f: kvlib.loaded_weights(_M, "fp8", n(2)).computed_bytes,
+    "Deployment": lambda n, f: _d(tp=n(2), max_model_len=n(8192), max_num_seqs=n(64),
+                                  max_num_batched_tokens=n(4096), block_size=n(16),
+                                  gpu_memory_utilization=f(0.9)).resolved(),
+    "kv_pool": lambda n, f: kvlib.kv_pool(_d(tp=n(2), gpu_memory_utilization=f(0.9))).tokens,
+    "kv_pool keywords": lambda n, f: kvlib.kv_pool(_M, _G, n_gpus=n(2)).tokens,
+    "Pool.max_concurrency": lambda n, f: kvlib.kv_pool(_d()).max_concurrency(n(8192)),
+    "decode_step": lambda n, f: kvlib.decode_step(_d(), batch=n(8), context_tokens=n(4096)).time_s,
+    "prefill_step": lambda n, f: kvlib.prefill_step(_d(), batch=n(1), prompt_tokens=n(4096)).time_s,
+    "step_time": lambda n, f: kvlib.step_time(_d(), [(n(1), n(100)), (n(64), n(0))]),
+    "serving_point": lambda n, f: kvlib.serving_point(
+        _d(), input_tokens=n(1000), output_tokens=n(100), batch=n(4)).dollars_per_million(f(2.9)),
+    "serving_point degrees": lambda n, f: kvlib.serving_point(
+        _M, _G, input_tokens=n(1000), output_tokens=n(100), tp_degrees=(n(1), n(2))).tokens_per_s,
+    "cost_per_million_tokens": lambda n, f: kvlib.cost_per_million_tokens(f(2.9), n(1000)),
+    "dollars_per_hour_for_cost": lambda n, f: kvlib.dollars_per_hour_for_cost(n(1000), f(0.5)),
+    "tokens_per_second_for_cost": lambda n, f: kvlib.tokens_per_second_for_cost(f(2.9), n(2)),
+    "input_cost_per_million": lambda n, f: kvlib.input_cost_per_million(
+        _d(), dollars_per_gpu_hour=f(2.9), hit_rate=f(0.5), prompt_tokens=n(2048)),
+    "reserved_tokens": lambda n, f: kvlib.reserved_tokens(n(100), n(50), "reserve_max", n(2048)),
+    "prefix_reuse_lost": lambda n, f: kvlib.prefix_reuse_lost(n(100), n(16)),
+    "BlockAllocator": lambda n, f: kvlib.BlockAllocator(n(10), n(16)).allocate(n(1), n(40)),
+    "BuddyAllocator": lambda n, f: kvlib.BuddyAllocator(n(1024)).allocate(n(100)),
+    "ContiguousAllocator": lambda n, f: kvlib.ContiguousAllocator(n(1024)).allocate(n(100)),
+    "simulate": lambda n, f: kvlib.simulate(np.array([[100, 50]] * 4, dtype=np.int64), n(4096),
+                                            block_size=n(16), seed=n(1), max_batch=n(2),
+                                            max_model_len=n(2048), arrival_rate=f(0.5)).steps,
+    "replay_prefix_cache": lambda n, f: kvlib.replay_prefix_cache(
+        [[1, 2, 3], [1, 2, 4]], block_size=n(16), capacity_blocks=n(8)).hit_rate,
+    "route_requests": lambda n, f: kvlib.route_requests(
+        [[1, 2, 3], [1, 2, 4]], n(2), "round_robin", block_size=n(16), seed=n(0)).hit_tokens.tolist(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_numpy_numbers_are_numbers_everywhere(name):
+    entry = ENTRY_POINTS[name]
+    assert entry(np.int64, np.float64) == entry(int, float), name
+
+
+def test_numpy_integers_are_stored_as_python_ints():
+    layer = kvlib.AttentionLayer(np.int64(8), np.int64(128))
+    assert type(layer.n_kv_heads) is int and type(layer.head_dim) is int
+    assert type(kvlib.KVFormat("t", np.int64(8)).bits) is int
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: kvlib.AttentionLayer(8, 128.0), "attention layer: head_dim must be an integer, got 128.0"),
+    (lambda: kvlib.AttentionLayer(True, 128), "attention layer: n_kv_heads must be an integer, got True"),
+    (lambda: kvlib.MLALayer(0, 64), "MLA layer: kv_lora_rank must be >= 1, got 0"),
+    (lambda: kvlib.KVFormat("t", np.float64(8)), "KV format 't': bits must be an integer"),
+    (lambda: kvlib.KVFormat("t", 8, block=0), "KV format 't': block must be >= 1, got 0"),
+    (lambda: kvlib.weight_bytes(kvlib.params_for(_M), "bf16", 2.0),
+     "tp (tensor-parallel degree) must be an integer, got 2.0"),
+    (lambda: kvlib.serving_point(_d(), input_tokens=1000.0, output_tokens=10),
+     "input_tokens must be an integer, got 1000.0"),
+    (lambda: kvlib.serving_point(_M, _G, input_tokens=1000, output_tokens=10, tp_degrees=(1, 0)),
+     "tp_degrees / n_gpus must be >= 1, got 0"),
+    (lambda: kvlib.serving_point(_M, _G, input_tokens=1000, output_tokens=10,
+                                 tp_degrees=()), "tp_degrees / n_gpus must be positive integers"),
+    (lambda: kvlib.serving_point(_d(tp=2), input_tokens=1000, output_tokens=10, tp_degrees=(1,)),
+     "tp_degrees does not apply to a Deployment: its tp (2) is the degree served; give a model "
+     "and a GPU to try several degrees"),
+    (lambda: kvlib.BuddyAllocator(1024.5), "pool_tokens must be an integer, got 1024.5"),
+    (lambda: kvlib.BlockAllocator(0, 16), "num_blocks must be >= 1, got 0"),
+    (lambda: kvlib.step_time(_d(), [1, 2, 3]), "batch must be pairs (tokens scheduled this step, "
+                                               "tokens already computed) of integers"),
+])
+def test_one_set_of_checks_names_the_argument(bad, message):
+    with pytest.raises(ValueError) as info:
+        bad()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# --- CSV schemas, JSON depth, arrivals ----------------------------------------------------------
+
+def test_dates_must_be_real():
+    from kvlib.core.data import DATE
+
+    assert DATE("2024-02-29") is None and DATE("2026-12") is None and DATE("2026") is None
+    for bad in ("2026-02-30", "2025-02-29", "2026-04-31", "2026-00-01", "2026-01-00"):
+        assert DATE(bad) == f"{bad!r} is not a real date"
+
+
+def _fork_bands(tmp_path, monkeypatch, low: str, high: str):
+    import shutil
+
+    from kvlib.core.data import data_dir
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir(), data)
+    path = data / "speed_error_bands.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[-2:] = [low, high]
+    lines[1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("KVLIB_DATA", str(data))
+    return path
+
+
+@pytest.mark.parametrize("low, high, problem", [
+    ("-1.5", "0.2", "low -1.5 must be above -1: the speed r·(1 + low) would be 0 or negative "
+                    "and the price infinite or negative"),
+    ("-1", "0.2", "low -1 must be above -1: the speed r·(1 + low) would be 0 or negative "
+                  "and the price infinite or negative"),
+    ("-0.2", "-0.3", "high -0.3 is below low -0.2"),
+])
+def test_an_error_band_that_would_print_a_negative_speed_is_refused(tmp_path, monkeypatch, low,
+                                                                     high, problem):
+    from kvlib.core.data import csv_path
+
+    path = _fork_bands(tmp_path, monkeypatch, low, high)
+    with pytest.raises(ValueError) as info:
+        csv_path("speed_error_bands.csv")
+    assert str(info.value) == f"{path}: line 2: {problem}"
+    status, out, err = cli("fit", _M, _G)
+    assert (status, out) == (2, "") and err == f"kvlib: error: {path}: line 2: {problem}\n"
+
+
+def test_an_error_band_object_is_checked_too():
+    from kvlib.fit.calibrate import ErrorBand
+
+    with pytest.raises(ValueError, match=r"error band 'x': low -2 must be above -1"):
+        ErrorBand(tp=1, batch_range="1", scope="x", n=10, median_abs_error=0.1, low=-2, high=0.1)
+
+
+def test_deep_json_is_one_line_not_a_recursion_error(tmp_path):
+    from kvlib.core.data import MAX_JSON_DEPTH, json_depth, load_json
+
+    deep = "[" * 100_000 + "]" * 100_000
+    assert json_depth('{"a": "[[[[", "b": [[1]]}') == 3  # brackets in strings do not count
+    with pytest.raises(ValueError) as info:
+        load_json(deep, "x.json")
+    assert str(info.value) == f"x.json nests arrays and objects 100000 deep; kvlib reads at most {MAX_JSON_DEPTH}"
+    config = tmp_path / "config.json"
+    config.write_text('{"num_hidden_layers": 2, "x": ' + deep + "}")
+    status, out, err = cli("kv", str(config))
+    assert (status, out) == (2, "")
+    assert err == (f"kvlib: error: {config} nests arrays and objects 100001 deep; kvlib reads at "
+                   f"most {MAX_JSON_DEPTH}\n")
+    row = _row(inputs='{"expr": "1", "x": ' + deep + "}")
+    with pytest.raises(ValueError, match=r"^claim t1: inputs nests arrays and objects 100001 deep"):
+        recheck.recheck(row)
+
+
+def test_a_deep_registry_record_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "deep.json").write_text("[" * 5000 + "]" * 5000)
+    monkeypatch.setenv("KVLIB_DATA", str(tmp_path))
+    with pytest.raises(ValueError, match=r"deep.json nests arrays and objects 5000 deep"):
+        kvlib.load_model("deep")
+
+
+@pytest.mark.parametrize("rate", [1e-300, 5e-324, 1e-18])
+def test_an_arrival_rate_that_would_overflow_the_step_counter_is_refused(rate):
+    with pytest.raises(ValueError) as info:
+        kvlib.simulate([[10, 5]] * 3, 1024, arrival_rate=rate)
+    assert str(info.value) == (f"arrival rate {rate:g} requests/step spreads 3 requests past step "
+                               "1,099,511,627,776, the last simulate counts")
+    with pytest.raises(ValueError, match="arrival_steps must be 3 integer steps from 0 to "
+                                         "1,099,511,627,776"):
+        kvlib.simulate([[10, 5]] * 3, 1024, arrival_steps=[0, 1, 2**62])
+
+
+# --- a chapter parameter of the wrong type names the parameter -----------------------------------
+
+def _pipeline():
+    import sys
+    from pathlib import Path
+
+    book = str(Path(__file__).resolve().parents[1] / "book")
+    if book not in sys.path:
+        sys.path.insert(0, book)
+    import pipeline
+
+    return pipeline
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("dollars_per_hour", "cheap", "04_cost: parameter 'dollars_per_hour' takes a number like its "
+                                  "default 2.9, got str 'cheap'"),
+    ("context_tokens", "8192.5", "04_cost: parameter 'context_tokens' takes an integer like its "
+                                 "default 8192, got float 8192.5"),
+    ("model", "5", "04_cost: parameter 'model' takes a text like its default 'llama-3.1-8b', "
+                   "got int 5"),
+    ("gpu_memory_utilization", "True", "04_cost: parameter 'gpu_memory_utilization' takes a "
+                                       "number like its default 0.9, got bool True"),
+])
+def test_a_chapter_parameter_of_the_wrong_type_is_named(capfd, tmp_path, name, value, message):
+    out = tmp_path / "04.ipynb"
+    assert _pipeline().main(["04_cost", "-p", name, value, "-o", str(out)]) == 2
+    captured = capfd.readouterr()
+    assert captured.out == "" and not out.exists()  # refused before anything ran
+    assert captured.err == f"pipeline.py: error: {message}\n"
+
+
+def test_chapter_parameters_of_the_right_kind_pass():
+    from pathlib import Path
+
+    pipeline = _pipeline()
+    chapters = Path(__file__).resolve().parents[1] / "chapters"
+    pipeline.check_parameters(chapters / "04_cost.md", {"dollars_per_hour": 3,  # int for a float
+                                                        "context_tokens": np.int64(4096)})
+    pipeline.check_parameters(chapters / "02_architecture_savings.md", {"contexts": [1024]})
+    with pytest.raises(ValueError, match="'contexts' takes a list of integers like its default"):
+        pipeline.check_parameters(chapters / "02_architecture_savings.md", {"contexts": [1, "a"]})
+
+
+#: Public names that take numbers but are records kvlib builds for its results (their fields
+#: are checked where kvlib computes them), with the entry point that covers them.
+RECORDS = {"Pool": "kv_pool", "Step": "decode_step", "SimResult": "simulate",
+           "ServingPoint": "serving_point", "PrefixReplay": "replay_prefix_cache",
+           "ParamCounts": "weight_bytes", "DoesNotFit": "serving_point",
+           "BatchTooLarge": "serving_point", "Overheads": "kv_pool", "GPU": "kv_pool",
+           "Model": "model_from_layers", "count_params": "weight_bytes",
+           "critical_batch": "decode_step", "WeightFormat": "weight_bytes"}
+
+
+def test_every_public_function_taking_numbers_is_fed_numpy_numbers():
+    import inspect
+
+    covered = {name.split(" ")[0].split(".")[0] for name in ENTRY_POINTS} | {
+        "Efficiency", "model_from_layers", "BlockTrace"}
+    for name in kvlib.__all__:
+        obj = getattr(kvlib, name)
+        if not callable(obj) or name in RECORDS:
+            continue
+        try:
+            parameters = inspect.signature(obj).parameters.values()
+        except ValueError:  # a builtin exception class
+            continue
+        if any(t in str(p.annotation) for p in parameters for t in ("int", "float")):
+            assert name in covered, f"kvlib.{name} takes numbers: add it to ENTRY_POINTS"
+
+
+def test_records_built_from_numpy_numbers_hold_python_numbers():
+    m = kvlib.model_from_layers("t", [kvlib.AttentionLayer(8, 128)] * 2, n_heads=np.int64(32))
+    assert type(m.n_heads) is int
+    trace = kvlib.BlockTrace.from_lists([[1, 2], [1, 3]], [32, 40], np.int64(16))
+    assert type(trace.block_size) is int
+    assert kvlib.Efficiency("x", bandwidth=np.float64(0.8)) == kvlib.Efficiency("x", bandwidth=0.8)

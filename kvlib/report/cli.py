@@ -54,6 +54,7 @@ def _is_file(path: Path) -> bool:
 
 def _load(model: str):
     """A registry slug, or a path to a config.json (plain, or a registry record)."""
+    from ..core.data import load_json
     from ..model.model import Model
     from ..model.registry import load_model
 
@@ -62,11 +63,9 @@ def _load(model: str):
         if not _is_file(path):
             raise ValueError(f"no such config file: {model}")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_text(encoding="utf-8"), model)
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read {model}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{model} is not valid JSON: {exc}") from None
         config = data.get("config", data) if isinstance(data, dict) else data
         return Model.from_hf_config(config, name=path.stem)
     return load_model(model)

@@ -46,6 +46,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.checks import number
+from ..core.data import load_json
 from ..serve.cost import cost_per_million_tokens
 from ..model.registry import data_dir, load_model
 from .tables import Table, number_text, table
@@ -648,10 +649,7 @@ def load_claims(directory: Path | str | None = None, strict: bool = True) -> pd.
 def _json_object(text: str, column: str) -> dict[str, Any]:
     if not str(text).strip():
         return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{column} is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    value = load_json(str(text), column)
     if not isinstance(value, dict):
         raise ValueError(f"{column} must be a JSON object, got {type(value).__name__}")
     return value

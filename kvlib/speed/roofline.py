@@ -432,7 +432,11 @@ def step_time(deployment: Deployment, batch: Any) -> float:
     scheduled this step, tokens already computed)`` — decodes (1 token) and prefill chunks
     together, each attending to its own context. The default ``step_time`` of the serving
     simulator; a sequence of pairs or an (n, 2) integer array."""
-    pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+    try:
+        pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("batch must be pairs (tokens scheduled this step, tokens already "
+                         f"computed) of integers, got {batch!r}"[:200]) from None
     if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
         raise ValueError("a step schedules at least one token for each request, none negative")
     return step_of(deployment, pairs).time_s
