@@ -428,3 +428,225 @@ def test_records_built_from_numpy_numbers_hold_python_numbers():
     trace = kvlib.BlockTrace.from_lists([[1, 2], [1, 3]], [32, 40], np.int64(16))
     assert type(trace.block_size) is int
     assert kvlib.Efficiency("x", bandwidth=np.float64(0.8)) == kvlib.Efficiency("x", bandwidth=0.8)
+
+
+# --- property tests: a result or a one-line error, per entry point ------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: Derandomized, few examples, a deadline per example (ms): each entry point's property runs
+#: in a second or two.
+PROPERTY = settings(derandomize=True, database=None, max_examples=120, deadline=3000,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+_SLUGS = ["llama-3.1-8b", "llama-3.1-70b", "deepseek-v3", "gpt-oss-120b", "qwen3-next-80b-a3b",
+          "nemotron-3-nano-30b-a3b", "gemma-2-9b", "falcon-mamba-7b"]
+
+
+def _mostly(good: st.SearchStrategy, bad: st.SearchStrategy) -> st.SearchStrategy:
+    """``good`` nine times in ten, ``bad`` the tenth: most examples reach the arithmetic."""
+    return st.integers(0, 9).flatmap(lambda i: bad if i == 9 else good)
+
+
+_MODEL = _mostly(st.sampled_from(_SLUGS), st.sampled_from(["no-such-model", "../x", "", 7]))
+_GPU = _mostly(st.sampled_from(["h100-sxm", "a100-40gb", "l4", "h200", "b200", "gh200"]),
+               st.sampled_from(["no-such-gpu", "", None, 3.5]))
+_BAD_NUMBERS = st.sampled_from([0, -1, 0.5, float("nan"), float("inf"), -0.0, True, "8", None,
+                                10**30, np.int64(-3), np.float64("nan")])
+
+
+def _count(low: int, high: int) -> st.SearchStrategy:
+    """Integers in [low, high], numpy's too, and now and then a value no count can be."""
+    good = st.integers(low, high)
+    return _mostly(st.one_of(good, good.map(np.int64)), _BAD_NUMBERS)
+
+
+def _fraction() -> st.SearchStrategy:
+    good = st.floats(0.05, 1.0)
+    return _mostly(st.one_of(good, good.map(np.float64)),
+                   st.one_of(_BAD_NUMBERS, st.floats(allow_nan=True)))
+
+
+_WEIGHTS = _mostly(st.sampled_from(["bf16", "fp8", "int4-g128", "mxfp4", {"experts": "mxfp4"}]),
+                   st.sampled_from(["fp7", 4, ""]))
+_KV = _mostly(st.sampled_from(["bf16", "fp8", "fp4", "int8", None]), st.sampled_from(["nope", 8]))
+
+
+def _one_line(call):
+    """``call()``'s result, or None after a ValueError/KeyError/TypeError of one line; any
+    other exception (a traceback of another kind) fails the property."""
+    try:
+        return call()
+    except (ValueError, KeyError, TypeError) as exc:
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        assert text.strip() and "\n" not in text, f"{type(exc).__name__} not on one line: {text!r}"
+        return None
+
+
+def _sane(value: float, what: str, positive: bool = False) -> None:
+    assert isinstance(value, (int, float)) and math.isfinite(value), f"{what} = {value!r}"
+    assert value > 0 if positive else value >= 0, f"{what} = {value!r}"
+
+
+@st.composite
+def _deployments(draw) -> dict:
+    return dict(model=draw(_MODEL), gpu=draw(_GPU), tp=draw(_count(1, 8)),
+                weights=draw(_WEIGHTS), kv=draw(_KV),
+                gpu_memory_utilization=draw(st.one_of(st.none(), _fraction())),
+                max_model_len=draw(st.one_of(st.none(), _count(1, 300_000))),
+                max_num_seqs=draw(st.one_of(st.none(), _count(1, 2048))),
+                max_num_batched_tokens=draw(st.one_of(st.none(), _count(1, 65536))))
+
+
+def _deployment(kw: dict):
+    return kvlib.Deployment(**{k: v for k, v in kw.items() if not (k == "kv" and v is None)})
+
+
+@PROPERTY
+@given(_deployments())
+def test_property_deployment_and_kv_pool(kw):
+    d = _one_line(lambda: _deployment(kw).resolved())
+    if d is None:
+        return
+    pool = _one_line(lambda: kvlib.kv_pool(d))
+    if pool is None:
+        return
+    for what in ("tokens", "kv_bytes_per_gpu", "num_blocks", "budget_bytes", "weights_bytes_per_gpu"):
+        _sane(getattr(pool, what), f"pool.{what}")
+    _sane(pool.max_concurrency(d.max_model_len or 8192), "max_concurrency")
+
+
+@PROPERTY
+@given(_deployments(), _count(1, 4096), _count(0, 1_000_000))
+def test_property_decode_step(kw, batch, context):
+    d = _one_line(lambda: _deployment(kw))
+    if d is None:
+        return
+    step = _one_line(lambda: kvlib.decode_step(d, batch=batch, context_tokens=context))
+    if step is not None:
+        _sane(step.time_s, "time_s", positive=True)
+        _sane(step.tokens_per_s, "tokens_per_s", positive=True)
+        _sane(step.kv_bytes, "kv_bytes")
+
+
+@PROPERTY
+@given(_deployments(), _count(1, 200_000), _count(1, 20_000), st.one_of(st.none(), _count(1, 512)))
+def test_property_serving_point(kw, input_tokens, output_tokens, batch):
+    d = _one_line(lambda: _deployment(kw))
+    if d is None:
+        return
+    p = _one_line(lambda: kvlib.serving_point(d, input_tokens=input_tokens,
+                                              output_tokens=output_tokens, batch=batch))
+    if p is None or p.n_gpus == 0:
+        return
+    for what in ("tokens_per_s", "per_user_tokens_per_s", "tpot_s", "ttft_s"):
+        _sane(getattr(p, what), what, positive=True)
+    _sane(p.batch, "batch", positive=True)
+    for value in (*p.band.speed_range(p.tokens_per_s), p.dollars_per_million(2.9),
+                  *p.dollars_per_million_split(2.9), *p.band.cost_range(p.dollars_per_million(2.9))):
+        _sane(value, "speed or price", positive=True)
+
+
+@PROPERTY
+@given(_deployments(), _fraction(), st.one_of(_fraction(), st.just(0.0)), _count(1, 300_000))
+def test_property_input_cost_per_million(kw, price, hit_rate, prompt_tokens):
+    d = _one_line(lambda: _deployment(kw))
+    if d is None:
+        return
+    dollars = _one_line(lambda: kvlib.input_cost_per_million(
+        d, dollars_per_gpu_hour=price if not isinstance(price, float) else price * 10,
+        hit_rate=hit_rate, prompt_tokens=prompt_tokens))
+    if dollars is not None:
+        _sane(dollars, "$ per 1M input tokens")
+
+
+_REQUESTS = st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 4096)), min_size=1, max_size=30)
+
+
+@PROPERTY
+@given(_REQUESTS, st.one_of(st.none(), st.floats(min_value=0, allow_infinity=True),
+                            st.floats(5e-324, 1e-6), st.floats(1e-6, 1e6)),
+       st.sampled_from([*kvlib.POLICIES, "reserve_all"]), st.integers(0, 3))
+def test_property_simulate_with_poisson_arrivals(requests, rate, policy, seed):
+    r = _one_line(lambda: kvlib.simulate(requests, 65_536, policy, max_model_len=8192,
+                                         arrival_rate=rate, seed=seed))
+    if r is not None:
+        assert r.completed + r.rejected == len(requests) and r.steps >= 0
+        for what in ("token_utilization", "mean_batch", "pool_token_share", "completed_per_step"):
+            _sane(getattr(r, what), what)
+
+
+_INPUT_NAMES = ["model", "baseline", "dtype", "tokens", "requests", "tp", "n_layers", "n_kv_heads",
+                "head_dim", "numerator", "denominator", "before", "after", "usd_per_hour",
+                "tokens_per_s", "value", "where", "expr", "x", "gpu", "n_gpus", "pool_bytes",
+                "n_params", "quantity", "pool_tokens", "policy", "n_requests", "context_tokens",
+                "batch_from", "batch_to", "engine", "stat", "bits", "pattern", "kind"]
+_JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20),
+              st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(_SLUGS),
+              st.sampled_from(["bf16", "fp8", "h100-sxm", "paged", "free", "vllm", "LLLG", ""]),
+              st.text(max_size=8)),
+    lambda inner: st.lists(inner, max_size=3), max_leaves=6)
+_TOKENS = ["1", "2.5", "x", "GiB", "+", "-", "*", "/", "//", "**", "(", ")", "9", "1e300",
+           "kv_per_token('llama-3.1-8b')", "ratio(1, 0)", "y", ".real", ",", "[]"]
+# the simulator and the trace replay are bounded by their own checks and tested above; a row
+# that names them here would only make the property slow
+_FAST = sorted(set(COMPUTATIONS) - {"sim", "prefix_trace_stat", "decode_speedup"})
+
+
+#: A plausible value for a computation's input, by its name.
+_INPUT_VALUES = {"model": st.sampled_from(_SLUGS), "baseline": st.sampled_from(_SLUGS),
+                 "dtype": _KV, "baseline_dtype": _KV, "kv_dtype": _KV, "weight_dtype": _WEIGHTS,
+                 "gpu": _GPU, "where": st.sampled_from(["§1", ""]), "pattern": st.text("LG", max_size=6),
+                 "per": st.sampled_from(["gpu", "total", "x"]),
+                 "overheads": st.sampled_from(["vllm", "none", "x"]),
+                 "efficiency": st.sampled_from(["calibrated", "datasheet", "x"]),
+                 "engine": st.sampled_from(["vllm", "sglang", "x"]),
+                 "provider": st.sampled_from(["openai", "x"]), "kind": st.just("sliding")}
+
+
+def _input_value(name: str, annotation: str) -> st.SearchStrategy:
+    if name in _INPUT_VALUES:
+        return _INPUT_VALUES[name]
+    good = (st.integers(1, 10**6) if annotation == "int" else
+            st.one_of(st.integers(1, 10**6), st.floats(0.01, 1e6)))
+    return _mostly(good, _JSON_VALUES)
+
+
+@st.composite
+def _forked_rows(draw) -> dict:
+    import inspect
+
+    computation = draw(_mostly(st.sampled_from(_FAST), st.sampled_from(["unverifiable", "no_such"])))
+    parameters = [] if computation not in COMPUTATIONS else [
+        p for p in inspect.signature(COMPUTATIONS[computation]).parameters.values()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    inputs = {p.name: draw(_input_value(p.name, str(p.annotation))) for p in parameters
+              if draw(_mostly(st.just(True), st.just(False)) if p.default is p.empty
+                      else st.booleans())}
+    inputs.update(draw(_mostly(st.just({}), st.dictionaries(st.sampled_from(_INPUT_NAMES),
+                                                            _JSON_VALUES, max_size=1))))
+    if computation == "arithmetic":
+        inputs["expr"] = draw(st.lists(st.sampled_from(_TOKENS), min_size=1, max_size=12).map(
+            " ".join))
+    text = draw(_mostly(st.just(json.dumps(inputs)), st.text(max_size=20)))
+    return _row(id="f1", computation=computation, inputs=text,
+                claimed=draw(_mostly(st.sampled_from(["1", "0", "-3.5", "1,024", "0.25"]),
+                                     st.sampled_from(["1e400", "nan", "abc"]))),
+                unit=draw(st.sampled_from(["x", "%", "GiB", "GB", "tokens", "K tokens"])),
+                tolerance=draw(_mostly(st.sampled_from(["", "0.5"]), st.sampled_from(["-1", "nan", "x"]))),
+                alt_inputs=draw(_mostly(st.sampled_from(["", '{"a": {"tp": 2}}']),
+                                        st.sampled_from(["[1]", '{"a": 3}']))),
+                per_gpu_factor=draw(_mostly(st.sampled_from(["", "2"]), st.sampled_from(["0", "-1", "x"]))))
+
+
+@PROPERTY
+@given(_forked_rows())
+def test_property_recheck_forked_claim_rows(row):
+    v = _one_line(lambda: recheck.recheck(row))
+    if v is None:
+        return
+    assert v.verdict in recheck.VERDICTS and v.reason.strip() and "\n" not in v.reason
+    assert math.isfinite(v.recomputed) or v.verdict == "unverifiable", v
+    assert "nan" not in v.reason.lower().split(), v.reason

@@ -45,7 +45,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.checks import number
+from ..core.checks import integer, number
 from ..core.data import load_json
 from ..serve.cost import cost_per_million_tokens
 from ..model.registry import data_dir, load_model
@@ -86,9 +86,18 @@ def _kv_bytes(model: str, tokens: int, dtype: str = "bf16", requests: int = 1, t
     return requests * load_model(model).kv_bytes(tokens, dtype, tp=tp)
 
 
+def _divisor_kv(model: str, dtype: str = "bf16") -> int:
+    """``model``'s per-token KV bytes, to divide by: ValueError when it caches nothing per token."""
+    per_token = _kv_per_token(model, dtype)
+    if per_token == 0:
+        raise ValueError(f"{model} caches nothing per token (only a constant state): "
+                         "no per-token ratio")
+    return per_token
+
+
 def _kv_ratio(model: str, baseline: str, dtype: str = "bf16") -> float:
     """How many times more per-token KV ``baseline`` stores than ``model``."""
-    return _kv_per_token(baseline, dtype) / _kv_per_token(model, dtype)
+    return _kv_per_token(baseline, dtype) / _divisor_kv(model, dtype)
 
 
 def _kv_formula(n_layers: int, n_kv_heads: int, head_dim: int, dtype: str = "bf16",
@@ -96,24 +105,22 @@ def _kv_formula(n_layers: int, n_kv_heads: int, head_dim: int, dtype: str = "bf1
     """2·L·K·H·b bytes per token × tokens × requests, for a model outside the registry."""
     for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
                         ("tokens", tokens), ("requests", requests)):
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+        number(name, value, positive=True)
     return 2 * n_layers * n_kv_heads * head_dim * dtype_bytes(dtype) * tokens * requests
 
 
 def _kv_saving(model: str, baseline: str, dtype: str = "bf16", baseline_dtype: str = "bf16") -> float:
     """Fraction of ``baseline``'s per-token KV that ``model`` (in ``dtype``) no longer stores."""
-    return 1 - _kv_per_token(model, dtype) / _kv_per_token(baseline, baseline_dtype)
+    return 1 - _kv_per_token(model, dtype) / _divisor_kv(baseline, baseline_dtype)
 
 
 def _weight_bytes(n_params: float, dtype: str = "bf16") -> float:
     """Bytes of ``n_params`` weights stored in ``dtype`` (no scales, no padding)."""
-    if n_params <= 0:
-        raise ValueError(f"n_params must be positive, got {n_params}")
-    return n_params * dtype_bytes(dtype)
+    return number("n_params", n_params, positive=True) * dtype_bytes(dtype)
 
 
 def _ratio(numerator: float, denominator: float) -> float:
+    numerator, denominator = number("numerator", numerator), number("denominator", denominator)
     if denominator == 0:
         raise ValueError("denominator is zero")
     return numerator / denominator
@@ -289,6 +296,7 @@ def _kv_bits_saving(model: str, baseline: str, bits: float, baseline_bits: float
     on average and ``baseline`` ``baseline_bits`` (DeepSeek-V2's "6 bits on average")."""
     bits, baseline_bits = (number(name, value, positive=True) for name, value in
                            (("bits", bits), ("baseline_bits", baseline_bits)))
+    _divisor_kv(baseline)
     return 1 - (load_model(model).kv_elements_per_token() * bits
                 / (load_model(baseline).kv_elements_per_token() * baseline_bits))
 
@@ -327,10 +335,16 @@ def _requests_ratio(model: str, requests: int, tokens: int, other_requests: int,
     return (requests * m.kv_bytes(tokens, dtype)) / (other_requests * m.kv_bytes(other_tokens, dtype))
 
 
+#: Most requests a claim may simulate (the book's largest run is 20,000): a forked claim
+#: cannot make ``kvlib recheck`` run for hours.
+MAX_SIM_REQUESTS = 100_000
+
+
 def _sim(quantity: str, **inputs: Any) -> float:
     """One quantity of a simulated serving run (``kvlib.paging.simulated``; shares as fractions)."""
     from ..engines.paging import simulated
 
+    integer("n_requests", inputs.get("n_requests", 10_000), minimum=1, maximum=MAX_SIM_REQUESTS)
     return simulated(quantity, **inputs)
 
 
@@ -730,7 +744,7 @@ def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) 
         return _recheck_row(row)
     except KeyError as exc:
         raise KeyError(f"claim {claim_id}: {exc.args[0] if exc.args else exc}") from None
-    except ValueError as exc:
+    except (ValueError, ArithmeticError) as exc:
         raise ValueError(" ".join(f"claim {claim_id}: {exc}".split())) from None
 
 

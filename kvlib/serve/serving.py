@@ -262,9 +262,9 @@ class Engine:
         input_tokens = _positive("input_tokens", input_tokens)
         output_tokens = _positive("output_tokens", output_tokens)
         if n_gpus is not None:
-            _positive("n_gpus", n_gpus)
+            n_gpus = _positive("n_gpus", n_gpus)
         if batch is not None:
-            _positive("batch", batch)
+            batch = _positive("batch", batch)
         context = input_tokens + output_tokens
         if max_model_len is None:
             max_model_len = self.deployment.max_model_len
