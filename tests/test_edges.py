@@ -131,6 +131,24 @@ def test_the_cli_refuses_a_forked_formula_in_one_line(tmp_path, monkeypatch):
                    "magnitude\n")
 
 
+@pytest.mark.parametrize("computation, inputs, message", [
+    ("sim", {"quantity": "free", "pool_tokens": 1000, "n_requests": 10**7},
+     "n_requests must be <= 100,000, got 10,000,000"),
+    ("kv_ratio", {"model": "falcon-mamba-7b", "baseline": "llama-3.1-8b"},
+     "falcon-mamba-7b caches nothing per token (only a constant state): no per-token ratio"),
+    ("kv_saving", {"model": "llama-3.1-8b", "baseline": "falcon-mamba-7b"},
+     "falcon-mamba-7b caches nothing per token (only a constant state): no per-token ratio"),
+    ("ratio", {"numerator": [1], "denominator": 2}, "numerator must be a number, got [1]"),
+    ("kv_formula", {"n_layers": [1], "n_kv_heads": 8, "head_dim": 128},
+     "n_layers must be a number, got [1]"),
+    ("weight_bytes", {"n_params": "x"}, "n_params must be a number, got 'x'"),
+])
+def test_a_forked_claims_inputs_are_checked_by_name(computation, inputs, message):
+    with pytest.raises(ValueError) as info:
+        recheck.recheck(_row(id="q1", computation=computation, inputs=json.dumps(inputs)))
+    assert str(info.value) == f"claim q1: {message}"
+
+
 # --- the CLI: 0 is 0 or an error, a flag that does not apply is an error --------------------------
 
 @pytest.mark.parametrize("argv, message", [
@@ -148,6 +166,8 @@ def test_the_cli_refuses_a_forked_formula_in_one_line(tmp_path, monkeypatch):
      "--util, --tp apply only with a model and a GPU, not with --tps (see kvlib --help)"),
     (("cost", "--price", "2", "--tps", "1000", "--output-tokens", "10"),
      "--output-tokens applies only with a model and a GPU, not with --tps (see kvlib --help)"),
+    (("cost", "--price", "2", "--tps", "1000", "--allow-long-context"),
+     "--allow-long-context applies only with a model and a GPU, not with --tps (see kvlib --help)"),
 ])
 def test_cli_zero_and_inapplicable_flags(argv, message):
     status, out, err = cli(*argv)
@@ -160,6 +180,10 @@ def test_cli_an_explicit_zero_is_zero():
     assert status == 0 and json.loads(out)["kv_bytes"] == 0
     status, out, _ = cli("cost", "--price", "2", "--tps", "1000")  # defaults still apply
     assert status == 0 and "$0.56 per 1M tokens" in out
+    # cost on a model accepts --allow-long-context, as fit does (its refusal names the flag)
+    status, _, err = cli("cost", "llama-2-7b", "h100-sxm", "--price", "2.9")
+    assert status == 2 and "--allow-long-context" in err
+    assert cli("cost", "llama-2-7b", "h100-sxm", "--price", "2.9", "--allow-long-context")[0] == 0
 
 
 # --- numpy numbers are numbers everywhere ----------------------------------------------------

@@ -222,6 +222,8 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             raise _UsageError("the following arguments are required: gpu")
         return _cost_of(_with_defaults(args))
     given = [flag for flag, dest in _MODEL_FLAGS.items() if getattr(args, dest) is not None]
+    if args.allow_long_context:
+        given.append("--allow-long-context")
     if given:
         raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
                           "only with a model and a GPU, not with --tps")
@@ -346,6 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
     p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--context", type=int, default=None, help="tokens per request (default 8192)")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a context past the model's maximum (with a model, as for fit)")
     p.add_argument("--output-tokens", type=int, default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
     _deployment_flags(p)
