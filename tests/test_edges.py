@@ -99,6 +99,13 @@ def test_a_formula_outside_the_limits_is_one_line_naming_it(expr, message):
     assert message in text and "\n" not in text and text.startswith("formula ")
 
 
+def test_a_formula_past_its_time_is_refused(monkeypatch):
+    monkeypatch.setitem(recheck.FORMULA_LIMITS, "seconds", -1.0)  # every step is past the deadline
+    with pytest.raises(ValueError) as info:
+        COMPUTATIONS["arithmetic"]("1 + 1")
+    assert str(info.value) == "formula '1 + 1': took more than -1 s"
+
+
 def test_formulas_within_the_limits_still_evaluate():
     arith = COMPUTATIONS["arithmetic"]
     assert arith("2 ** 0.5") == math.sqrt(2)
@@ -590,7 +597,7 @@ _REQUESTS = st.lists(st.tuples(st.integers(1, 4096), st.integers(1, 4096)), min_
 
 @PROPERTY
 @given(_REQUESTS, st.one_of(st.none(), st.floats(min_value=0, allow_infinity=True),
-                            st.floats(5e-324, 1e-6), st.floats(1e-6, 1e6)),
+                            st.floats(-323, 6).map(lambda e: 10.0 ** e)),  # every magnitude
        st.sampled_from([*kvlib.POLICIES, "reserve_all"]), st.integers(0, 3))
 def test_property_simulate_with_poisson_arrivals(requests, rate, policy, seed):
     r = _one_line(lambda: kvlib.simulate(requests, 65_536, policy, max_model_len=8192,
