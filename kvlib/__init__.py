@@ -25,7 +25,9 @@ from .deployment import Deployment
 from .engines.allocator import (ALLOCATORS, POLICIES, BlockAllocator, BuddyAllocator,
                                 ContiguousAllocator, OutOfBlocksError, SimResult,
                                 prefix_reuse_lost, reserved_tokens, simulate)
-from .engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool, kv_pool
+from .engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool
+from .engines.launch import LaunchCommand, launch_command
+from .engines.pools import engine_comparison, kv_pool
 from .engines.prefix import BlockTrace, PrefixReplay, replay_prefix_cache
 from .speed.roofline import (CALIBRATED, DATASHEET, Efficiency, Step, critical_batch,
                              decode_step, prefill_step, step_time)
@@ -48,7 +50,8 @@ __all__ = [
     "Deployment",
     "ALLOCATORS", "POLICIES", "BlockAllocator", "BuddyAllocator", "ContiguousAllocator",
     "OutOfBlocksError", "SimResult", "prefix_reuse_lost", "reserved_tokens", "simulate",
-    "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool",
+    "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool", "engine_comparison",
+    "LaunchCommand", "launch_command",
     "BlockTrace", "PrefixReplay", "replay_prefix_cache",
     "CALIBRATED", "DATASHEET", "Efficiency", "Step", "critical_batch", "decode_step",
     "prefill_step", "step_time",

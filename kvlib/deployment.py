@@ -83,7 +83,10 @@ class Deployment:
     engine: str = "vllm"
     #: The engine release where behaviour depends on it; None: the one the book pins.
     engine_version: str | None = None
-    #: Share of GPU memory the engine may use, (0, 1]; None: ``BOOK_UTILIZATION``.
+    #: The engine's memory fraction, (0, 1]: vLLM's ``--gpu-memory-utilization``, SGLang's
+    #: ``--mem-fraction-static``, TensorRT-LLM's ``free_gpu_memory_fraction``; None: vLLM
+    #: ``BOOK_UTILIZATION`` (``resolved``), SGLang and TensorRT-LLM their own defaults
+    #: (``kvlib.engines.sglang`` / ``kvlib.engines.tensorrt_llm``, which read the unresolved field).
     gpu_memory_utilization: float | None = None
     #: The context the engine is started with (tokens); None: the request's own length.
     max_model_len: int | None = None

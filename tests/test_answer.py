@@ -12,6 +12,7 @@ import pytest
 
 import kvlib
 
+from kvlib.model import checkpoints
 from kvlib.report import answer, calculator, cli
 from kvlib.fit.calibrate import error_band
 from kvlib.serve.prefix_cost import input_cost_per_million
@@ -51,7 +52,7 @@ def test_weight_choices_are_the_published_checkpoint_and_the_listed_ones():
 def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):
     rows = answer.checkpoint_rows()
     twin = rows[rows["model"] == "llama-3.1-8b"].iloc[:1].assign(repository="someone/else")
-    monkeypatch.setattr(answer, "checkpoint_rows", lambda: pd.concat([rows, twin]))
+    monkeypatch.setattr(checkpoints, "checkpoint_rows", lambda: pd.concat([rows, twin]))
     with pytest.raises(ValueError, match="same label"):
         answer.weight_choices("llama-3.1-8b")
 

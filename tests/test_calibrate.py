@@ -188,3 +188,109 @@ def test_leave_one_source_out_refits_without_the_source(points):
     assert math.isfinite(loso["error"].abs().median())
     with pytest.raises(KeyError, match="no modern decode points"):
         calibrate.leave_one_source_out(["Some blog"])
+
+
+# --- the fresh validation set, the three errors side by side, case bands (issue 22) ---------
+
+def test_the_fresh_set_is_new_and_dated():
+    fresh = pd.read_csv(data_dir() / calibrate.FRESH_FILE, keep_default_na=False, dtype=str)
+    measured = pd.read_csv(data_dir() / "throughput.csv", keep_default_na=False, dtype=str)
+    strip = lambda urls: {u.split("#")[0] for u in urls}  # noqa: E731 (a row's anchor aside)
+    assert not strip(fresh["source_url"]) & strip(measured["source_url"])
+    assert not set(fresh["id"]) & set(measured["id"])
+    assert fresh["dated"].str[:4].isin(["2025", "2026"]).all()
+    points = calibrate.fresh_points()
+    assert not set(points.index) & set(calibrate.speed_points().index)
+    assert set(points["role"]) == {"fresh", "fresh-ttft"}
+    assert calibrate.fresh_excluded().empty  # every fresh row names a registry model and GPU
+
+
+def test_no_fit_split_band_or_loso_reads_the_fresh_set(monkeypatch):
+    """The fit, the split, the bands and leave-one-source-out load their points through
+    ``csv_path``; none may ask for the fresh file."""
+    read = []
+    real = calibrate.csv_path
+    monkeypatch.setattr(calibrate, "csv_path", lambda name: read.append(name) or real(name))
+    calibrate._points_and_excluded.cache_clear()
+    calibrate._all_parts.cache_clear()
+    try:
+        points = calibrate.speed_points()
+        calibrate.error_bands()
+        calibrate.leave_one_source_out(["AccelMark leaderboard"])
+        train = points[points["role"] == "train"].head(40)
+        every = calibrate._all_parts()
+        calibrate.fit({i: every[i] for i in train.index}, train["value"].to_dict())
+        assert read and calibrate.FRESH_FILE not in read, read
+        assert not points["source"].isin(calibrate.fresh_points()["source"]).any()
+    finally:
+        calibrate._points_and_excluded.cache_clear()
+        calibrate._all_parts.cache_clear()
+
+
+def test_fresh_validation_predicts_every_fresh_decode_point():
+    fresh = calibrate.fresh_validation()
+    assert len(fresh) == (calibrate.fresh_points()["role"] == "fresh").sum() >= 60
+    assert fresh["predicted"].gt(0).all()
+    row = fresh.iloc[0]
+    assert row["error"] == pytest.approx(row["predicted"] / row["value"] - 1)
+    assert {"AMD", "NVIDIA"} <= set(fresh["vendor"]) and {"sglang", "vllm"} <= set(fresh["engine"])
+    assert set(fresh["family"]) == set(calibrate.MODEL_FAMILIES)
+
+
+@pytest.mark.parametrize("model, family", [
+    ("llama-3.1-70b", "dense GQA"), ("qwen3-32b", "dense GQA"), ("gpt-oss-120b", "MoE"),
+    ("qwen3-235b-a22b", "MoE"), ("deepseek-v3", "MLA-MoE"), ("kimi-k2-instruct", "MLA-MoE"),
+    ("nemotron-3-nano-30b-a3b", "hybrid"), ("qwen3.5-35b-a3b", "hybrid"),
+    ("qwen3-next-80b-a3b", "hybrid")])
+def test_model_family_from_the_architecture(model, family):
+    assert calibrate.model_family(model) == family
+
+
+def test_generalization_summary_side_by_side():
+    summary = calibrate.generalization_summary()
+    assert [b for b, _ in calibrate.BREAKDOWNS] == list(dict.fromkeys(summary["breakdown"]))
+    overall = summary[summary["breakdown"] == "overall"].iloc[0]
+    held = calibrate.error_summary(calibrate.validate().query("role == 'test'")).iloc[0]
+    assert overall["random split: median_abs_error"] == pytest.approx(held["median_abs_error"])
+    assert overall["fresh set: n"] == len(calibrate.fresh_validation())
+    assert overall["leave one source out: n"] == len(calibrate.loso_results())
+    assert set(summary.loc[summary["breakdown"] == "TP degree", "goal"]) == {calibrate.GOAL_TP}
+    goals = calibrate.generalization_goals().set_index("set")
+    assert list(goals.index) == list(calibrate.ERROR_SETS)
+    assert goals.loc["random split", "median_met"]  # the split flatters the model …
+    assert not goals.loc["fresh set", "median_met"]  # … sources it never saw do not
+    for name, g in goals.iterrows():
+        assert g["median_met"] == (g["median_abs_error"] <= calibrate.GOAL_MEDIAN), name
+        assert g["beyond_met"] == (g["beyond_40"] <= calibrate.GOAL_BEYOND_40), name
+
+
+def test_case_band_says_when_it_has_no_measurements():
+    # issue 22: DeepSeek-V3 on MI300X under vLLM: the data hold no vLLM-on-ROCm MLA run, so
+    # the band must not be the TP 8 band's "median 8 %"
+    band = calibrate.case_band("deepseek-v3", "mi300x", "vllm", 8, 16)
+    assert band.measured == 0 and band.scope.startswith(calibrate.NO_MEASUREMENTS)
+    assert band.basis == "leave-one-source-out" and band.n >= calibrate.MIN_BAND_POINTS
+    assert band.median_abs_error > 2 * calibrate.error_band(8, 16).median_abs_error
+    assert (band.vendor, band.model_family) == ("AMD", "MLA-MoE")
+    # Qwen3.5 has no speed measurement at all
+    assert calibrate.case_band("qwen3.5-27b", "h200", "vllm", 1, 8).scope.startswith(
+        calibrate.NO_MEASUREMENTS)
+
+
+def test_case_band_from_held_out_points_like_the_case():
+    band = calibrate.case_band("llama-3.1-70b", "h100-sxm", "vllm", 2, 16)
+    assert band.basis == "held-out" and band.measured > 0
+    assert band.scope == "held-out points of NVIDIA GPUs, vLLM, dense GQA, TP 2, batch 9–32"
+    held = calibrate.validate().query("role == 'test'")
+    cell = held[(held["engine"] == "vllm") & (held["tp"] == 2) & (held["batch_range"] == "9–32")
+                & (held["gpu"].map(calibrate.gpu_vendor) == "NVIDIA")
+                & (held["model"].map(calibrate.model_family) == "dense GQA")]
+    assert band.n == len(cell) >= calibrate.MIN_BAND_POINTS
+    assert band.median_abs_error == pytest.approx(cell["error"].abs().median(), abs=1e-4)
+    # a thin cell relaxes the batch band first, then TP: SGLang MLA-MoE on B200 at batch 64
+    relaxed = calibrate.case_band("deepseek-r1", "b200", "sglang", 8, 64)
+    assert relaxed.scope == "held-out points of NVIDIA GPUs, SGLang, MLA-MoE, TP 8"
+    lo, hi = relaxed.speed_range(1000)
+    assert lo == pytest.approx(1000 * (1 + relaxed.low)) and hi == pytest.approx(1000 * (1 + relaxed.high))
+    with pytest.raises(ValueError, match="engine"):
+        calibrate.case_band("llama-3.1-8b", "h100-sxm", "tgi", 1, 1)

@@ -121,6 +121,30 @@ def test_cost_of_a_model_on_a_gpu():
         "cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9").stdout
 
 
+def test_fit_and_cost_print_the_launch_command():
+    # the command that starts vLLM with the pool `fit` computed: every assumed default spelled
+    data = json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "2", "--weight-dtype",
+                          "fp8", "--kv-dtype", "fp8", "--json").stdout)
+    assert data["launch_command"] == (
+        "vllm serve RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8 --tensor-parallel-size 2 "
+        "--max-model-len 8192 --gpu-memory-utilization 0.9 --kv-cache-dtype fp8 "
+        "--max-num-seqs 1024 --max-num-batched-tokens 8192")
+    text = run("fit", "llama-3.1-8b", "h100-sxm", "--max-num-seqs", "8").stdout
+    assert ("launch                    vllm serve meta-llama/Meta-Llama-3.1-8B "
+            "--tensor-parallel-size 1 --max-model-len 8192") in text and "--max-num-seqs 8 " in text
+    cost = json.loads(run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9", "--util",
+                          "0.85", "--json").stdout)
+    assert "--gpu-memory-utilization 0.85" in cost["launch_command"]
+    # none where nothing starts it: no fit, no recorded checkpoint, a config file
+    assert json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "2", "--json").stdout)[
+        "launch_command"] is None
+    none = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--weight-dtype", "int4-g128",
+                          "--json").stdout)
+    assert none["launch_command"] is None and "no int4-g128 checkpoint" in none["launch_notes"][0]
+    assert "launch  " in run("fit", "llama-3.1-8b", "h100-sxm", "--weight-dtype",
+                             "int4-g128").stdout
+
+
 def test_fit_tensor_parallel_and_no_fit():
     data = json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "4", "--json").stdout)
     per_token = 2 * 80 * (8 // 4) * 128 * 2  # 80 layers, 2 of the 8 KV heads per GPU: 81,920 B

@@ -223,6 +223,11 @@ ENTRY_POINTS = {
                                   gpu_memory_utilization=f(0.9)).resolved(),
     "kv_pool": lambda n, f: kvlib.kv_pool(_d(tp=n(2), gpu_memory_utilization=f(0.9))).tokens,
     "kv_pool keywords": lambda n, f: kvlib.kv_pool(_M, _G, n_gpus=n(2)).tokens,
+    "kv_pool sglang": lambda n, f: kvlib.kv_pool(_d(engine="sglang", tp=n(2),
+                                                    max_model_len=n(8192))).tokens,
+    "kv_pool tensorrt-llm": lambda n, f: kvlib.kv_pool(_d(engine="tensorrt-llm", tp=n(2))).tokens,
+    "engine_comparison": lambda n, f: kvlib.engine_comparison(
+        _d(tp=n(2)), context_tokens=n(8192)).to_dict(orient="list"),
     "Pool.max_concurrency": lambda n, f: kvlib.kv_pool(_d()).max_concurrency(n(8192)),
     "decode_step": lambda n, f: kvlib.decode_step(_d(), batch=n(8), context_tokens=n(4096)).time_s,
     "prefill_step": lambda n, f: kvlib.prefill_step(_d(), batch=n(1), prompt_tokens=n(4096)).time_s,
@@ -523,6 +528,8 @@ def _sane(value: float, what: str, positive: bool = False) -> None:
 @st.composite
 def _deployments(draw) -> dict:
     return dict(model=draw(_MODEL), gpu=draw(_GPU), tp=draw(_count(1, 8)),
+                engine=draw(_mostly(st.sampled_from(["vllm", "sglang", "tensorrt-llm"]),
+                                    st.sampled_from(["trtllm", ""]))),
                 weights=draw(_WEIGHTS), kv=draw(_KV),
                 gpu_memory_utilization=draw(st.one_of(st.none(), _fraction())),
                 max_model_len=draw(st.one_of(st.none(), _count(1, 300_000))),
@@ -544,7 +551,8 @@ def test_property_deployment_and_kv_pool(kw):
     if pool is None:
         return
     for what in ("tokens", "kv_bytes_per_gpu", "num_blocks", "budget_bytes", "weights_bytes_per_gpu"):
-        _sane(getattr(pool, what), f"pool.{what}")
+        if hasattr(pool, what):  # each engine's pool has its own terms; these are sizes
+            _sane(getattr(pool, what), f"{type(pool).__name__}.{what}")
     _sane(pool.max_concurrency(d.max_model_len or 8192), "max_concurrency")
 
 

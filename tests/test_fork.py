@@ -98,7 +98,7 @@ def test_step1_prices(clone):
     assert "My cloud" in shown and "1.85" in shown
     # 1.85 / (1,714 × 3,600) × 10⁶ = $0.2998
     assert "$0.30 per 1M tokens" in sh(clone, cost).stdout
-    check = ("from kvlib import answer; print(answer.price_range('h100-sxm'))")
+    check = ("from kvlib.report import answer; print(answer.price_range('h100-sxm'))")
     low, _, high = eval(sh(clone, f'.venv/bin/python -c "{check}"').stdout)  # noqa: S307
     # 1.85 lies inside the listed range: Vast.ai's $1.49 to CoreWeave's $6.155
     assert (low, high) == (1.49, 6.155)

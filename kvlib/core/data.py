@@ -164,6 +164,15 @@ def number(minimum: float | None = None, maximum: float | None = None,
     return check
 
 
+def rate(minimum: float = 0.0) -> Check:
+    """A finite number >= ``minimum``, or ``inf`` (a benchmark's "send everything at once")."""
+    finite = number(minimum=minimum)
+
+    def check(value: str) -> str | None:
+        return None if value.strip() == "inf" else finite(value)
+    return check
+
+
 def choice(*options: str) -> Check:
     """One of ``options``."""
     def check(value: str) -> str | None:
@@ -307,6 +316,21 @@ SCHEMAS: dict[str, Schema] = {
                   "concurrency": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
                   "output_tokens": _POSITIVE_COUNT},
         unique=("id",), source=("source_url",)),
+    # the fresh validation set: never fitted, never used for a design choice (kvlib.calibrate)
+    "speed_fresh.csv": Schema(
+        required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
+                  "gpu": TEXT, "n_gpus": _POSITIVE_COUNT, "tp": _POSITIVE_COUNT,
+                  "metric": choice("time_per_output_token_s", "time_to_first_token_s",
+                                   "batch_latency_s"),
+                  "value": _POSITIVE, "unit": TEXT, "era": choice("modern"),
+                  "benchmark_mode": choice("serving", "static"), "model_slug": SLUG_CELL,
+                  "weight_format": TEXT, "accessed": DATE, "dated": DATE},
+        optional={"batch": _POSITIVE_COUNT, "concurrency": _POSITIVE_COUNT,
+                  "input_tokens": _POSITIVE_COUNT, "output_tokens": _POSITIVE_COUNT,
+                  "ep": _POSITIVE_COUNT, "gpu_slug": SLUG_CELL,
+                  "mean_input_tokens": _POSITIVE, "mean_output_tokens": _POSITIVE,
+                  "dp_attention": choice("true", "false")},
+        unique=("id",), source=("source_url",)),
     "workloads.csv": Schema(
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
                   "source_url": URL},
@@ -352,6 +376,21 @@ SCHEMAS: dict[str, Schema] = {
         required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,
                   "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
         optional={"batch_range": TEXT}, rows=(_band_row,)),
+    "serving_benchmarks.csv": Schema(
+        required={"id": SLUG_CELL, "source_url": URL, "accessed": DATE,
+                  "engine": choice("vllm", "sglang", "tensorrt-llm", "other"),
+                  "dataset": TEXT, "num_prompts": _POSITIVE_COUNT,
+                  "load_kind": choice("request_rate", "concurrency"), "notes": TEXT},
+        optional={"model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL, "tp": _POSITIVE_COUNT,
+                  "max_num_seqs": _POSITIVE_COUNT, "max_num_batched_tokens": _POSITIVE_COUNT,
+                  "input_tokens": _POSITIVE, "output_tokens": _POSITIVE,
+                  "request_rate": rate(), "max_concurrency": _POSITIVE_COUNT,
+                  "burstiness": rate(), "request_throughput": _POSITIVE,
+                  "output_throughput": _POSITIVE,
+                  **{f"{stat}_{metric}_ms": _NON_NEGATIVE
+                     for metric in ("ttft", "tpot", "itl", "e2e")
+                     for stat in ("mean", "median", "p99")}},
+        unique=("id",), source=("source_url",)),
     "cached_input_prices.csv": Schema(
         required={"provider": TEXT, "model": TEXT, "date": DATE,
                   "input_dollars_per_million": _POSITIVE,

@@ -164,6 +164,23 @@ def fixed(n: int, prompt_tokens: int, output_tokens: int) -> NDArray[np.int64]:
     return from_arrays(np.full(n, prompt_tokens), np.full(n, output_tokens))
 
 
+def random_lengths(n: int, input_len: int, output_len: int, range_ratio: float = 0.0,
+                   seed: int = 0) -> NDArray[np.int64]:
+    """``n`` requests as ``vllm bench serve --dataset-name random`` draws them: prompt and output
+    lengths uniform on [len × (1 − range_ratio), len × (1 + range_ratio)] (whole tokens, at
+    least 1), seeded."""
+    if n < 1:
+        raise ValueError(f"number of requests must be >= 1, got {n}")
+    if not 0 <= range_ratio < 1:
+        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio!r}")
+    rng = np.random.default_rng(seed)
+
+    def draw(length: int) -> NDArray[np.int64]:
+        lo, hi = max(1, int(length * (1 - range_ratio))), max(1, int(length * (1 + range_ratio)))
+        return rng.integers(lo, hi + 1, size=n)
+    return from_arrays(draw(input_len), draw(output_len))
+
+
 def from_arrays(prompt_tokens: ArrayLike, output_tokens: ArrayLike) -> NDArray[np.int64]:
     """Stack user-supplied prompt and output lengths (tokens, each >= 1) into an (n, 2) array."""
     prompt = np.asarray(prompt_tokens)

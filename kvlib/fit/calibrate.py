@@ -19,6 +19,16 @@ the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error 
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
 fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range:
 what the book prints next to a speed.
+
+Generalization (issue 22): ``leave_one_source_out`` refits without each publisher in turn;
+``fresh_validation`` predicts ``data/speed_fresh.csv`` — public 2025–2026 measurements that no
+fit, split, band or design choice reads (``FRESH_FILE`` is read by ``fresh_points`` only);
+``generalization_summary`` and ``generalization_goals`` put the three errors side by side by
+GPU vendor, engine, TP degree, batch band and model family (``model_family``) against the
+issue's goals. ``case_band`` is the band of one case from measurements like it (vendor ×
+engine × family × TP × batch band, relaxed in ``CASE_LEVELS`` order, then the
+leave-one-source-out errors), and says ``NO_MEASUREMENTS`` when the data hold none of the
+model's family on that GPU and engine.
 """
 from __future__ import annotations
 
@@ -101,7 +111,7 @@ def _group(text: str, table: Mapping[str, str], what: str) -> str:
         if text.startswith(key):
             return value
     raise ValueError(f"measured point from an unknown {what} {text!r}: add it to "
-                     f"kvlib.calibrate.{'SOURCE_GROUPS' if what == 'source' else 'ENGINES'}")
+                     f"kvlib.calibrate.{'SOURCE_GROUPS (or FRESH_SOURCE_GROUPS)' if what == 'source' else 'ENGINES'}")
 
 
 def _assumed_format(weight_dtype: str) -> str | dict[str, str] | None:
@@ -116,7 +126,8 @@ def _num(value: Any) -> float | None:
     return float(text) if text else None
 
 
-def _modern_points(measured: pd.DataFrame) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _modern_points(measured: pd.DataFrame, groups: Mapping[str, str] = SOURCE_GROUPS
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, excluded = [], []
     modern = measured[(measured["era"] == "modern")
                       & measured["metric"].isin([*DECODE_METRICS, TTFT_METRIC])]
@@ -143,7 +154,7 @@ def _modern_points(measured: pd.DataFrame) -> tuple[list[dict[str, Any]], list[d
         mode = t["benchmark_mode"]
         rows.append({
             "id": t["id"], "era": "modern", "source": t["source"],
-            "source_group": _group(t["source"], SOURCE_GROUPS, "source"),
+            "source_group": _group(t["source"], groups, "source"),
             "engine": _group(t["engine"], ENGINES, "engine"), "engine_label": t["engine"],
             "engine_version": t["engine_version"], "model": t["model_slug"], "gpu": gpu.slug,
             "tp": int(t["tp"]), "ep": int(_num(t["ep"]) or 1), "weight_format": weight_format(fmt).text,
@@ -652,3 +663,306 @@ def _band(tp: int, label: str, mtime: float) -> ErrorBand:
     return ErrorBand(tp=tp, batch_range=label, scope=str(r["scope"]), n=int(r["n"]),
                      median_abs_error=float(r["median_abs_error"]), low=float(r["low"]),
                      high=float(r["high"]))
+
+
+# --- model families and the GPU vendor of a point --------------------------------------------
+
+#: Model families the errors are reported by and the case bands are keyed on, from a
+#: registry model's blocks (``model_family``).
+MODEL_FAMILIES = ("dense GQA", "MoE", "MLA-MoE", "hybrid")
+
+
+def model_family(model: str) -> str:
+    """The family of a registry model, from its architecture record (``roofline.blocks``):
+    "hybrid" when any layer has a recurrent mixer (Mamba-2, Gated DeltaNet: Nemotron-H,
+    Qwen3-Next, Qwen3.5), else "MLA-MoE" when it has latent attention (DeepSeek-V2/V3/R1,
+    Kimi-K2), else "MoE" when any FFN is a mixture of experts (gpt-oss, Qwen3-235B, MiniMax,
+    Llama-4), else "dense GQA" (every dense softmax-attention model, MHA and sliding windows
+    included); a dense latent-attention model would be "MLA" (the registry has none). E.g.
+    ``model_family("deepseek-v3") == "MLA-MoE"``."""
+    return _family(model)
+
+
+@lru_cache(maxsize=None)
+def _family(model: str) -> str:
+    b = roofline.blocks(_model(model))
+    if b.recurrent:
+        return "hybrid"
+    if b.mla:
+        return "MLA-MoE" if b.moe_ffn else "MLA"
+    return "MoE" if b.moe_ffn else "dense GQA"
+
+
+def gpu_vendor(gpu: str) -> str:
+    """"NVIDIA" or "AMD": the vendor column of ``data/gpus.csv`` for a GPU slug."""
+    return _gpu(gpu).vendor
+
+
+def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (one row per point, with model, gpu, concurrency) plus ``vendor``, ``family``
+    and ``batch_range``: the keys errors are summarised and bands looked up by."""
+    return frame.assign(vendor=frame["gpu"].map(gpu_vendor),
+                        family=frame["model"].map(model_family),
+                        batch_range=frame["concurrency"].map(batch_range))
+
+
+# --- the fresh validation set ---------------------------------------------------------------
+
+#: The fresh validation set (data/README.md): public measurements of 2025–2026 outside
+#: ``throughput.csv``, read only by ``fresh_points`` — never by the fit, the split, the bands
+#: or leave-one-source-out.
+FRESH_FILE = "speed_fresh.csv"
+#: Publishers of the fresh rows, by the start of their ``source``; a publisher that also
+#: appears in ``SOURCE_GROUPS`` keeps its group there (``publisher_in_fit`` says so).
+FRESH_SOURCE_GROUPS = {
+    "SGLang cookbook": "SGLang cookbook",
+    "vLLM recipes": "vLLM recipes",
+    "AMD ROCm": "AMD ROCm performance results",
+}
+
+
+@lru_cache(maxsize=1)
+def _fresh() -> tuple[pd.DataFrame, pd.DataFrame]:
+    measured = pd.read_csv(csv_path(FRESH_FILE), keep_default_na=False, dtype=str)
+    rows, excluded = _modern_points(measured, FRESH_SOURCE_GROUPS)
+    points = pd.DataFrame(rows).set_index("id")
+    dated = measured.set_index("id")["dated"]
+    points["dated"] = dated.reindex(points.index)
+    points["role"] = np.where(points["metric"] == TTFT_METRIC, "fresh-ttft", "fresh")
+    fitted = set(speed_points()["source_group"])
+    points["publisher_in_fit"] = points["source_group"].isin(fitted)
+    return points, pd.DataFrame(excluded, columns=["id", "source", "reason"]).set_index("id")
+
+
+def fresh_points() -> pd.DataFrame:
+    """Every row of ``data/speed_fresh.csv`` kvlib can predict, with ``speed_points``' columns,
+    ``dated`` (publication date), ``role`` ("fresh" for TPOT and static latencies,
+    "fresh-ttft") and ``publisher_in_fit`` (the publisher also has points in the fit)."""
+    return _fresh()[0].copy()
+
+
+def fresh_excluded() -> pd.DataFrame:
+    """Rows of the fresh set kvlib cannot predict, with the reason."""
+    return _fresh()[1].copy()
+
+
+@lru_cache(maxsize=1)
+def _fresh_parts() -> dict[str, Parts]:
+    return {i: parts(p) for i, p in fresh_points().iterrows()}
+
+
+def fresh_validation(efficiency: Efficiency | None = None) -> pd.DataFrame:
+    """The fresh decode points (median TPOT of serving benchmarks, static-batch latencies)
+    predicted with ``efficiency`` (default ``roofline.CALIBRATED``, which never saw them):
+    ``fresh_points``' columns plus ``batch``, ``predicted``, ``error`` (predicted ÷ measured − 1),
+    ``vendor``, ``family`` and ``batch_range``."""
+    eff = roofline.CALIBRATED if efficiency is None else efficiency
+    pts = fresh_points()
+    pts = pts[pts["role"] == "fresh"]
+    every = _fresh_parts()
+    out = pts.copy()
+    out["batch"] = [every[i].batch for i in pts.index]
+    out["predicted"] = [every[i].predict(eff) for i in pts.index]
+    out["error"] = out["predicted"] / out["value"] - 1
+    return _with_groups(out)
+
+
+# --- the three errors side by side -----------------------------------------------------------
+
+#: The issue-22 goals for the error on setups the fit never saw (fractions).
+GOAL_MEDIAN, GOAL_TP, GOAL_BEYOND_40 = 0.10, 0.15, 0.05
+#: The three ways the speed model is judged, in the order reported.
+ERROR_SETS = ("random split", "leave one source out", "fresh set")
+#: Breakdowns of ``generalization_summary``: label → column.
+BREAKDOWNS = (("overall", ""), ("GPU vendor", "vendor"), ("engine", "engine"),
+              ("TP degree", "tp"), ("batch band", "batch_range"), ("model family", "family"))
+
+
+@lru_cache(maxsize=1)
+def _loso_all() -> pd.DataFrame:
+    return leave_one_source_out()
+
+
+def loso_results() -> pd.DataFrame:
+    """``leave_one_source_out()`` for every source (computed once), with each point's model,
+    GPU, concurrency and the ``vendor`` / ``family`` / ``batch_range`` keys."""
+    loso = _loso_all()
+    pts = speed_points().loc[loso.index, ["model", "gpu", "concurrency"]]
+    return _with_groups(loso.join(pts))
+
+
+def error_sets() -> dict[str, pd.DataFrame]:
+    """The decode points of each of ``ERROR_SETS`` with their ``error`` under the constants
+    that never saw them: the held-out half under ``CALIBRATED``, every modern decode point
+    under the refit without its source, the fresh set under ``CALIBRATED``."""
+    return {"random split": _held_out().copy(), "leave one source out": loso_results(),
+            "fresh set": fresh_validation()}
+
+
+def generalization_summary() -> pd.DataFrame:
+    """Median |error| and share beyond 40 % of each of ``ERROR_SETS``, side by side, overall
+    and per ``BREAKDOWNS`` group: columns breakdown, group, then ``n``, ``median_abs_error``
+    and ``beyond_40`` per set (``"<set>: n"`` …; NaN where a set has no point of the group),
+    and ``goal``: the bound a median of that row is held to (``GOAL_TP`` on TP rows,
+    ``GOAL_MEDIAN`` elsewhere)."""
+    sets = error_sets()
+    frames = []
+    for label, column in BREAKDOWNS:
+        per_set = []
+        for name, res in sets.items():
+            s = error_summary(res, [column] if column else ())
+            s = s.assign(group="all") if not column else s
+            s["group"] = s["group"].astype(str)
+            per_set.append(s.set_index("group")[["n", "median_abs_error", "beyond_40"]]
+                           .add_prefix(f"{name}: "))
+        joined = pd.concat(per_set, axis=1)
+        if column == "batch_range":
+            joined = joined.loc[sorted(joined.index, key=lambda g: int(g.split("–")[0]))]
+        elif column == "tp":
+            joined = joined.loc[sorted(joined.index, key=int)]
+        else:
+            joined = joined.sort_index()
+        frames.append(joined.reset_index().assign(breakdown=label))
+    out = pd.concat(frames, ignore_index=True)
+    out["goal"] = np.where(out["breakdown"] == "TP degree", GOAL_TP, GOAL_MEDIAN)
+    cols = ["breakdown", "group"] + [f"{s}: {k}" for s in ERROR_SETS
+                                     for k in ("n", "median_abs_error", "beyond_40")] + ["goal"]
+    return out[cols]
+
+
+def generalization_goals() -> pd.DataFrame:
+    """One row per ``ERROR_SETS`` entry: points, median |error|, the worst median at any TP
+    degree (degrees with at least ``MIN_BAND_POINTS`` points), the share beyond 40 %, and
+    whether each of the issue's goals is met (``median_met``, ``tp_met``, ``beyond_met``)."""
+    rows = []
+    for name, res in error_sets().items():
+        overall = error_summary(res).iloc[0]
+        by_tp = error_summary(res, ["tp"])
+        by_tp = by_tp[by_tp["n"] >= MIN_BAND_POINTS]
+        worst = by_tp.loc[by_tp["median_abs_error"].idxmax()]
+        rows.append({"set": name, "n": int(overall["n"]),
+                     "median_abs_error": float(overall["median_abs_error"]),
+                     "worst_tp": int(worst["group"]),
+                     "worst_tp_median": float(worst["median_abs_error"]),
+                     "beyond_40": float(overall["beyond_40"]),
+                     "median_met": bool(overall["median_abs_error"] <= GOAL_MEDIAN),
+                     "tp_met": bool(worst["median_abs_error"] <= GOAL_TP),
+                     "beyond_met": bool(overall["beyond_40"] <= GOAL_BEYOND_40)})
+    return pd.DataFrame(rows)
+
+
+# --- bands that know what they do not know ---------------------------------------------------
+
+#: The keys a case band matches measurements on, and the order they are relaxed in when a
+#: cell has fewer than ``MIN_BAND_POINTS`` points: batch band first, then TP degree, then
+#: engine, then model family, then vendor. Held-out points are used while the GPU vendor,
+#: engine and model family still match (the first three levels); past that, the
+#: leave-one-source-out errors are searched with the same levels.
+CASE_KEYS = ("vendor", "engine", "family", "tp", "batch_range")
+CASE_LEVELS: tuple[tuple[str, ...], ...] = (
+    CASE_KEYS, CASE_KEYS[:4], CASE_KEYS[:3], ("vendor", "family"), ("vendor",), ())
+#: Levels at which held-out points still count as "like the case".
+HELD_OUT_LEVELS = 3
+#: What a case band says when the data hold no decode point of the model's family on that
+#: GPU with that engine.
+NO_MEASUREMENTS = "no measurements of this model family on this GPU and engine"
+
+
+@dataclass(frozen=True)
+class CaseBand(ErrorBand):
+    """An ``ErrorBand`` from measurements like one case (``case_band``): gpu, engine and
+    model_family of the case, ``vendor`` of its GPU, ``basis`` ("held-out" or
+    "leave-one-source-out") and ``measured``: modern decode points (train or held-out) of
+    this model family on this GPU with this engine — 0 makes ``scope`` start with
+    ``NO_MEASUREMENTS``."""
+
+    gpu: str = ""
+    engine: str = ""
+    model_family: str = ""
+    vendor: str = ""
+    basis: str = ""
+    measured: int = 0
+
+
+def _cell_words(case: Mapping[str, Any], keys: Sequence[str]) -> str:
+    words = {"vendor": f"{case['vendor']} GPUs",
+             "engine": _ENGINE_WORDS.get(case["engine"], case["engine"]),
+             "family": case["family"], "tp": f"TP {case['tp']}",
+             "batch_range": f"batch {case['batch_range']}"}
+    return ", ".join(words[k] for k in keys) if keys else "every point"
+
+
+_ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+
+
+def _select(frame: pd.DataFrame, case: Mapping[str, Any], keys: Sequence[str]) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for k in keys:
+        mask &= (frame[k] == case[k]).to_numpy()
+    return frame[mask]
+
+
+def case_band(model: str, gpu: str, engine: str, tp: int, batch: int) -> CaseBand:
+    """The error band of ``roofline.CALIBRATED`` from measurements like this case: held-out
+    decode points of the same GPU vendor, engine, model family (``model_family``), TP degree
+    and batch band, relaxing ``CASE_LEVELS`` in order while a cell has fewer than
+    ``MIN_BAND_POINTS``; when even vendor × engine × family has too few held-out points, the
+    leave-one-source-out errors (``loso_results``) at the first level with enough. ``scope``
+    names the points used, and starts with ``NO_MEASUREMENTS`` when no modern decode point of
+    the family on this GPU and engine exists. ``error_band(tp, batch)`` stays the band by TP
+    and batch alone."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    if engine not in _ENGINE_WORDS:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(_ENGINE_WORDS)}")
+    _model(model)  # KeyError naming an unknown model
+    return _case_band(model, _gpu(gpu).slug, engine, tp, batch_range(batch))
+
+
+@lru_cache(maxsize=1)
+def _decode_keys() -> pd.DataFrame:
+    pts = speed_points()
+    return _with_groups(pts[pts["role"].isin(["train", "test"])])
+
+
+@lru_cache(maxsize=1)
+def _held_out() -> pd.DataFrame:
+    res = validate()
+    return _with_groups(res[res["role"] == "test"])
+
+
+@lru_cache(maxsize=None)
+def _case_band(model: str, gpu: str, engine: str, tp: int, label: str) -> CaseBand:
+    family = model_family(model)
+    case = {"vendor": gpu_vendor(gpu), "engine": engine, "family": family, "tp": tp,
+            "batch_range": label}
+    decode = _decode_keys()
+    measured = int(((decode["gpu"] == gpu) & (decode["engine"] == engine)
+                    & (decode["family"] == family)).sum())
+    held = _held_out()
+    chosen = None
+    for keys in CASE_LEVELS[:HELD_OUT_LEVELS]:
+        sel = _select(held, case, keys)
+        if len(sel) >= MIN_BAND_POINTS:
+            chosen = (sel, "held-out", f"held-out points of {_cell_words(case, keys)}")
+            break
+    if chosen is None:
+        few = len(_select(held, case, CASE_LEVELS[HELD_OUT_LEVELS - 1]))
+        loso = loso_results()
+        for keys in CASE_LEVELS:
+            sel = _select(loso, case, keys)
+            if len(sel) >= MIN_BAND_POINTS or not keys:
+                chosen = (sel, "leave-one-source-out",
+                          f"leave-one-source-out errors of {_cell_words(case, keys)} "
+                          f"({few} held-out points of "
+                          f"{_cell_words(case, CASE_LEVELS[HELD_OUT_LEVELS - 1])})")
+                break
+    sel, basis, scope = chosen
+    if not measured:
+        scope = f"{NO_MEASUREMENTS}; {scope}"
+    err = sel["error"]
+    return CaseBand(tp=tp, batch_range=label, scope=scope, n=len(sel),
+                    median_abs_error=round(float(err.abs().median()), 4),
+                    low=round(float(err.quantile(0.1)), 4), high=round(float(err.quantile(0.9)), 4),
+                    gpu=gpu, engine=engine, model_family=family, vendor=case["vendor"],
+                    basis=basis, measured=measured)

@@ -17,6 +17,8 @@ import pandas as pd
 
 from ..engines import capacity
 from ..engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool, kv_pool
+from ..engines import pools
+from ..engines.sglang import SGLangPool
 from ..deployment import Deployment
 from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
@@ -195,6 +197,8 @@ def memory_validation(overheads: Overheads = VLLM) -> pd.DataFrame:
     for log_id, row in logs.iterrows():
         if not row["model_slug"] or not row["gpu_slug"]:
             continue
+        if row["engine"] in ("sglang", "tensorrt-llm"):  # their own pools: tests/test_engine_pools.py
+            continue
         base = {"id": log_id, "model": row["model_slug"], "gpu": row["gpu_slug"],
                 "engine": row["engine"], "engine_version": row["engine_version"],
                 "tp": int(row["tp"] or row["n_gpus"] or 1), "role": row["calibration"],
@@ -274,3 +278,52 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
                 f"torch; kvlib models today's profiler and lands between the two")
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
             "el30": profiler, "vl02": profiler}
+
+
+def engine_pool_validation() -> pd.DataFrame:
+    """SGLang's and TensorRT-LLM's pools (``kvlib.engines.sglang`` / ``.tensorrt_llm``) against
+    every start-up log of theirs in ``engine_logs.csv``: one row per (log, checked quantity)
+    where the log names a registry model and GPU (``predicted``, ``logged``, ``error``), and one
+    row per other log with ``check`` "not predictable" and the row's own reason.
+
+    ``check`` "full": the pool from the log's settings (K+V memory in GiB, KV tokens); "layout":
+    the tokens the logged K+V memory holds at the engine's cell size. The engine's default
+    fraction stands in where the log gives none.
+    """
+    logs = engine_logs()
+    rows: list[dict[str, Any]] = []
+    for log_id, row in logs.iterrows():
+        if row["engine"] not in ("sglang", "tensorrt-llm"):
+            continue
+        base = {"id": log_id, "engine": row["engine"], "model": row["model_slug"],
+                "gpu": row["gpu_slug"], "source": row["source_url"]}
+        if not row["model_slug"] or not row["gpu_slug"]:
+            rows.append({**base, "check": "not predictable", "quantity": "",
+                         "predicted": None, "logged": None,
+                         "reason": row["calibration_note"]})
+            continue
+        util = _num(row["gpu_memory_utilization"])
+        d = Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"] or row["n_gpus"] or 1),
+                       weights=row["weight_format"] or "bf16", kv=row["kv_cache_dtype"] or "bf16",
+                       engine=row["engine"], gpu_memory_utilization=util,
+                       max_model_len=int(row["max_model_len"]) if row["max_model_len"] else None)
+        weights = _num(row["model_weights_gib"])
+        pool = pools.kv_pool(d, weights_bytes_per_gpu=None if weights is None
+                             else round(weights * GIB))
+        logged_a, logged_t = _num(row["available_kv_gib"]), _num(row["kv_cache_tokens"])
+        reason = "" if util is not None else "the engine's default fraction (the log gives none)"
+        if logged_a is not None:
+            rows.append({**base, "check": "full", "quantity": "K+V memory (GiB)",
+                         "predicted": pool.kv_bytes_per_gpu / GIB, "logged": logged_a,
+                         "reason": reason})
+        if logged_t is not None:
+            rows.append({**base, "check": "full", "quantity": "KV tokens",
+                         "predicted": float(pool.tokens), "logged": logged_t, "reason": reason})
+        if logged_a is not None and logged_t is not None:
+            cell = pool.cell_bytes if isinstance(pool, SGLangPool) else pool.bytes_per_token
+            rows.append({**base, "check": "layout", "quantity": "KV tokens from logged KV memory",
+                         "predicted": float(round(logged_a * GIB) // cell), "logged": logged_t,
+                         "reason": "K+V as logged (2 decimals of GiB) ÷ the engine's cell"})
+    out = pd.DataFrame(rows)
+    out["error"] = out["predicted"].astype(float) / out["logged"].astype(float) - 1
+    return out

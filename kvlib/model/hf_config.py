@@ -56,6 +56,14 @@ _MAMBA1_TYPES = ("jamba", "falcon_mamba", "mamba")
 #: block holding a mixer or a feed-forward part, never both.
 _NEMOTRON_BLOCKS: dict[str, tuple[Mixer, FeedForwardKind]] = {
     "M": ("mamba2", "none"), "*": ("full", "none"), "-": ("none", "dense"), "E": ("none", "moe")}
+_MULTIMODAL_REASON = "multimodal wrapper: the vision tower is not described (text_config only)"
+
+#: Nemotron-H / Nemotron-3 ``layers_block_type``, the list spelling of ``hybrid_override_pattern``
+#: (transformers 5.24.0 nemotron_h/configuration_nemotron_h.py converts the pattern into it and maps
+#: the legacy names mamba/attention to linear_attention/full_attention): one block per entry.
+_NEMOTRON_BLOCK_NAMES: dict[str, str] = {
+    "mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*",
+    "mlp": "-", "moe": "E"}
 #: Fields that change what is cached in ways kvlib does not model, with what they describe: a
 #: config that sets one is refused rather than silently mis-sized.
 REFUSED_KEYS: dict[str, str] = {
@@ -70,6 +78,50 @@ REFUSED_KEYS: dict[str, str] = {
     "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "attn_layer_indices": "Falcon-H1 attention on only some layers (vLLM puts it on every layer)",
+    "indexer_types": "a DeepSeek-V3.2-style indexer on only some layers (GLM-5.2 IndexCache: 'shared' "
+                     "layers reuse the previous layer's top-k and keep no indexer keys)",
+    "compress_ratios": "DeepSeek-V4's per-layer attention kinds: sliding window only (0), compressed "
+                       "sparse (4: one entry per 4 tokens) or heavily compressed (128)",
+    "linear_attn_config": "Kimi-Linear's KDA (linear attention, recurrent state) layers beside MLA layers",
+    "sparse_attention_config": "MiniMax-M3's block-sparse attention with an index-key cache on some "
+                               "layers",
+    "block_configs": "Nemotron-NAS per-layer blocks: attention layers without a cache (no_op), "
+                     "per-layer KV heads and FFN widths",
+}
+
+#: Fields that change no cache but change the weights in a way kvlib's records do not describe: a
+#: config that sets one is refused too, rather than given a wrong parameter count.
+PARAMETER_REFUSED_KEYS: dict[str, str] = {
+    "moe_latent_size": "Nemotron-3 experts working in a narrower latent width, with projections to "
+                       "and from it (transformers nemotron_h)",
+}
+
+#: Per-family knowledge, each checked against the family's modeling code (transformers 5.24.0,
+#: vLLM 0.33.0): keys of that ``model_type`` (outer wrapper or text config) that change neither
+#: what is cached nor the weights kvlib counts. They are neither read nor refused for that family
+#: only; in any other family the same name is still judged by REFUSED_KEYS and CACHE_RELATED.
+FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
+    # GLM-5 / 5.1: MLA + a DeepSeek-V3.2 indexer (vLLM deepseek_v2.py runs GlmMoeDsaForCausalLM);
+    # its qk_head_dim is read and checked (_check_per_layer_fields)
+    "glm_moe_dsa": {
+        "rope_interleave": "RoPE layout of the rope slice: no shape",
+        "indexer_rope_interleave": "RoPE layout of the indexer's rope slice: no shape",
+        "index_share_for_mtp_iteration": "the MTP layer reuses the indexer's top-k: MTP is not counted",
+        "moe_router_dtype": "router numerics: no shape",
+    },
+    # Kimi-K2.5 / K2.6 / K2.7: a vision wrapper around a DeepSeek-V3 text config
+    "kimi_k25": {
+        "use_unified_vision_chunk": "vision-input chunking of the wrapper: the vision tower is not "
+                                    "described",
+        "media_placeholder_token_id": _MULTIMODAL_REASON,
+        "video_placeholder": _MULTIMODAL_REASON,
+        "ignore_index": "the training loss's ignored label: no shape",
+    },
+    # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
+    "nemotron_h": {
+        "mtp_layers_block_type": "the multi-token-prediction block's layer kinds: MTP is not counted",
+        "moe_shared_expert_overlap": "a kernel schedule (shared expert overlapped with routing)",
+    },
 }
 
 
@@ -77,15 +129,17 @@ REFUSED_KEYS: dict[str, str] = {
 READ_KEYS = frozenset({
     # identity, layer count and layer pattern
     "_name_or_path", "model_type", "text_config", "num_hidden_layers", "n_layer", "num_layers",
-    "layer_types", "hybrid_override_pattern", "full_attention_interval",
+    "layer_types", "hybrid_override_pattern", "layers_block_type", "full_attention_interval",
+    "attn_type_list",
     "sliding_window_pattern", "use_sliding_window", "max_window_layers", "sliding_window",
     "sliding_window_size",
     # softmax attention
     "hidden_size", "d_model", "n_embd", "n_embed", "num_attention_heads", "n_head", "num_heads",
     "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim",
     "attention_bias", "qkv_bias", "bias", "use_qk_norm", "qk_norm_type", "attn_output_gate",
+    "num_attention_heads_per_layer",
     # MLA and the DeepSeek-V3.2 indexer
-    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
     "index_n_heads", "index_head_dim", "index_topk",
     # chunked local attention (Llama-4)
     "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
@@ -107,7 +161,7 @@ READ_KEYS = frozenset({
     "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
     "shared_intermediate_size", "n_shared_experts", "mlp_only_layers", "first_k_dense_replace",
     "decoder_sparse_step", "moe_layer_freq", "use_routing_bias", "topk_method",
-    "interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp",
+    "interleave_moe_layer_step", "moe_layers", "intermediate_size_mlp", "mlp_layer_types",
     # embeddings, norms, dtypes, checkpoint
     "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
     "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
@@ -122,7 +176,7 @@ READ_KEYS = frozenset({
 _TRAINING = "training only (dropout, initialisation, auxiliary losses)"
 _NUMERICS = "numerics that change no shape (norm epsilons, RoPE, soft-capping, routing scales)"
 _METADATA = "metadata, token ids or a kernel choice: no shape"
-_MULTIMODAL = "multimodal wrapper: the vision tower is not described (text_config only)"
+_MULTIMODAL = _MULTIMODAL_REASON
 #: Config keys the reader deliberately ignores, with the reason: none changes what is cached or
 #: the parameter count. tests/test_hf_config.py checks that every key of every registry config is
 #: in ``READ_KEYS`` or here, so a new key is a decision, not an accident.
@@ -167,8 +221,12 @@ IGNORED_KEYS: dict[str, str] = {
     "output_projection": "OPT: its LM head (tie_word_embeddings says whether it is shared)",
 }
 
-#: An unknown key whose name matches this looks like it describes a cache layout (a window, a
-#: chunk, a recurrent state, a layer pattern, a latent, a KV-sharing scheme): it is refused.
+#: The fallback for keys no list above decides: an unknown key whose name matches this looks like
+#: it describes a cache layout (a window, a chunk, a recurrent state, a layer pattern, a latent, a
+#: KV-sharing scheme): it is refused. Families checked against their modeling code say instead,
+#: by name, what they read (READ_KEYS), refuse (REFUSED_KEYS, PARAMETER_REFUSED_KEYS) and ignore
+#: (FAMILY_IGNORED_KEYS); tests/test_config_corpus.py holds the published configs they were
+#: checked on, none of which is refused on a name-pattern guess.
 CACHE_RELATED = re.compile(
     r"window|chunk|mamba|ssm|state|linear_|hybrid|layer_type|lora|index_|swa|kv|key_value|"
     r"attn_layer|attention_layer|attention_type|local|global|sparse|nope|conv|cache|compress|"
@@ -476,6 +534,9 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
             raise ValueError(f"{c.model}: hybrid_override_pattern has unknown characters {unknown}")
         return _checked([_NEMOTRON_BLOCKS[ch] for ch in pattern], "hybrid_override_pattern",
                         n_layers, c)
+    if c.has("layers_block_type"):
+        return _checked([_NEMOTRON_BLOCKS[_NEMOTRON_BLOCK_NAMES[t]] for t in _block_types(c)],
+                        "layers_block_type", n_layers, c)
     if c.has("layer_types"):
         types = c.get("layer_types")
         if not isinstance(types, (list, tuple)):
@@ -567,6 +628,48 @@ def _checked(kinds: list, source: str, n_layers: int, c: _Fields) -> list:
     return kinds
 
 
+def _block_types(c: _Fields) -> list[str]:
+    """Nemotron ``layers_block_type``: a list of block names, each known."""
+    types = c.get("layers_block_type")
+    if not isinstance(types, (list, tuple)) or not all(isinstance(t, str) for t in types):
+        raise ValueError(f"{c.field('layers_block_type')} must be a list of block names "
+                         f"({', '.join(_NEMOTRON_BLOCK_NAMES)}), got {types!r}")
+    unknown = sorted(set(types) - set(_NEMOTRON_BLOCK_NAMES))
+    if unknown:
+        raise ValueError(f"{c.model}: layers_block_type has unknown entries {unknown}")
+    return list(types)
+
+
+def _layer_count(c: _Fields) -> int:
+    """The decoder layers: num_hidden_layers (or its spellings); Nemotron-3 configs that give only
+    ``layers_block_type`` have one layer per entry (transformers NemotronHConfig.num_hidden_layers
+    is ``len(layers_block_type)`` and ignores a stated count)."""
+    if not any(c.has(key) for key in _LAYER_COUNT_KEYS) and c.has("layers_block_type"):
+        n = len(_block_types(c))
+        if not 0 < n <= MAX_LAYERS:
+            raise ValueError(f"{c.field('layers_block_type')} must list 1 to {MAX_LAYERS:,} "
+                             f"blocks, got {n:,}")
+        return n
+    return c.int(*_LAYER_COUNT_KEYS)
+
+
+def _int_list(c: _Fields, key: str, n_layers: int, allowed: set | None = None) -> list:
+    """A per-layer list (one entry per decoder layer), optionally of allowed values only."""
+    value = c.get(key)
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{c.field(key)} must be a list with one entry per layer, got {value!r}")
+    if len(value) != n_layers:
+        raise ValueError(f"{c.model}: {key} describes {len(value)} layers but num_hidden_layers "
+                         f"is {n_layers}")
+    if allowed is not None:
+        bad = sorted({repr(v) for v in value
+                      if isinstance(v, bool) or not isinstance(v, (int, str)) or v not in allowed})
+        if bad:
+            raise ValueError(f"{c.model}: {key} has entries {', '.join(bad)}; kvlib knows "
+                             f"{sorted(map(repr, allowed))}")
+    return list(value)
+
+
 def _n_experts(c: _Fields) -> int:
     return c.int("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
 
@@ -582,6 +685,9 @@ def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
         period = c.int("expert_layer_period", default=2)
         offset = c.int("expert_layer_offset", default=1, minimum=0)
         return {i for i in range(n_layers) if i % period == offset}
+    if c.has("mlp_layer_types"):  # Laguna, GLM-5.2: "dense" or "sparse" (routed experts) per layer
+        kinds = _int_list(c, "mlp_layer_types", n_layers, {"dense", "sparse"})
+        return {i for i, kind in enumerate(kinds) if kind == "sparse"}
     if c.has("moe_layers"):  # an explicit list (Llama-4 configs may carry one)
         return {i for i in c.int_list("moe_layers") if i < n_layers}
     if c.has("interleave_moe_layer_step"):  # Llama-4: every step-th layer, the last of each
@@ -812,7 +918,8 @@ def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str
 def _layer_norms(c: _Fields, model_type: str) -> int:
     """Norm vectors per decoder layer: 2 (pre-attention, pre-MLP); Gemma 4 (pre and post);
     Falcon-7B's parallel block 1; Nemotron-H's and Mamba's single-mixer blocks 1."""
-    if c.has("hybrid_override_pattern") or model_type in ("falcon_mamba", "mamba"):
+    if (c.has("hybrid_override_pattern") or c.has("layers_block_type")
+            or model_type in ("falcon_mamba", "mamba")):
         return 1
     if model_type in ("RefinedWebModel", "falcon") and not c.flag("new_decoder_architecture"):
         return 1
@@ -849,7 +956,8 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
         if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 0 < n_layers <= total:
             raise ValueError(f"n_layers must be in 1..{total}, got {n_layers!r}")
         text["num_hidden_layers"] = n_layers
-        for key in ("layer_types", "no_rope_layers"):  # one entry per layer
+        for key in ("layer_types", "no_rope_layers", "layers_block_type", "attn_type_list",
+                    "mlp_layer_types", "num_attention_heads_per_layer"):  # one entry per layer
             if isinstance(text.get(key), list):
                 text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
@@ -870,22 +978,44 @@ def _is_set(value: Any) -> bool:
     return True
 
 
+def _family_ignored(config: Mapping[str, Any], text: Mapping[str, Any]) -> dict[str, str]:
+    """The FAMILY_IGNORED_KEYS of the outer and the text ``model_type``."""
+    out: dict[str, str] = {}
+    for cfg in (config, text):
+        out.update(FAMILY_IGNORED_KEYS.get(str(cfg.get("model_type")), {}))
+    return out
+
+
 def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label: str) -> None:
-    """Refuse a config that sets a field kvlib does not model and that changes the cache:
-    a field of ``REFUSED_KEYS``, or a key kvlib does not know whose name looks cache-related."""
-    found = []
+    """Refuse a config that sets a field kvlib does not model: a field of ``REFUSED_KEYS`` (it
+    changes the cache) or ``PARAMETER_REFUSED_KEYS`` (it changes the weights), or a key kvlib does
+    not know, neither read nor ignored for the family, whose name looks cache-related.
+
+    Known fields are named alone when there are any: the name-pattern guesses are reported only
+    when no known field explains the refusal, so the message names what really stops the reader.
+    """
+    family = _family_ignored(config, text)
+    known, guessed, weights = [], [], []
     for cfg in (text, config) if text is not config else (config,):
         for key, value in cfg.items():
-            if not isinstance(key, str) or not _is_set(value):
+            if not isinstance(key, str) or not _is_set(value) or key in family:
                 continue
             if key in REFUSED_KEYS:
-                found.append(f"{key!r} ({REFUSED_KEYS[key]})")
+                known.append(f"{key!r} ({REFUSED_KEYS[key]})")
+            elif key in PARAMETER_REFUSED_KEYS:
+                weights.append(f"{key!r} ({PARAMETER_REFUSED_KEYS[key]})")
             elif key not in READ_KEYS and key not in IGNORED_KEYS and CACHE_RELATED.search(key):
-                found.append(f"{key!r} (unknown to kvlib; its name suggests a cache layout)")
+                guessed.append(f"{key!r} (unknown to kvlib; its name suggests a cache layout)")
+    found = known or guessed
     if found:
         raise ValueError(f"{label}: config field{'s' if len(found) > 1 else ''} "
                          f"{', '.join(found)} change{'' if len(found) > 1 else 's'} what is "
                          "cached in a way kvlib does not model; refusing to guess the cache size")
+    if weights:
+        raise ValueError(f"{label}: config field{'s' if len(weights) > 1 else ''} "
+                         f"{', '.join(weights)} change{'' if len(weights) > 1 else 's'} the "
+                         "weights in a way kvlib does not model (the cache would be right, the "
+                         "parameter count would not); refusing to guess")
 
 
 # --- the reader -------------------------------------------------------------------------------
@@ -926,6 +1056,42 @@ def _max_model_len(c: _Fields, model_type: str) -> int | None:
     return int(derived)
 
 
+def _check_per_layer_fields(c: _Fields, n_layers: int) -> None:
+    """Per-layer lists that are read only to be sure they change nothing kvlib models.
+
+    ``attn_type_list`` (MiniMax): 1 is softmax attention on that layer, 0 lightning (linear)
+    attention with a recurrent state (vLLM minimax_text_01.py); MiniMax-M2 lists only 1s.
+    ``num_attention_heads_per_layer`` (Laguna): query heads per layer; the KV heads stay
+    ``num_key_value_heads`` (transformers laguna/modeling_laguna.py), so only differing entries
+    matter, and they change the weights, not the cache.
+    ``qk_head_dim`` (GLM-5, MLA): qk_nope_head_dim + qk_rope_head_dim, as transformers
+    recomputes it; without an MLA latent it would be a K head dim unlike V's, not modelled.
+    """
+    if c.has("attn_type_list"):
+        kinds = _int_list(c, "attn_type_list", n_layers, {0, 1})
+        if 0 in kinds:
+            raise ValueError(f"{c.model}: config field 'attn_type_list' has {kinds.count(0)} "
+                             "lightning (linear) attention layers (0), which keep a recurrent state "
+                             "kvlib does not model; refusing to guess the cache size")
+    if c.has("num_attention_heads_per_layer"):
+        heads = [integer(f"{c.field('num_attention_heads_per_layer')} entry", h, 1)
+                 for h in _int_list(c, "num_attention_heads_per_layer", n_layers)]
+        if set(heads) != {c.get("num_attention_heads")}:
+            raise ValueError(f"{c.model}: config field 'num_attention_heads_per_layer' (query heads "
+                             f"{sorted(set(map(str, heads)))} per layer) changes the weights in a way "
+                             "kvlib does not model (the cache would be right, the parameter count "
+                             "would not); refusing to guess")
+    if c.has("qk_head_dim"):
+        if not c.has("kv_lora_rank"):
+            raise ValueError(f"{c.model}: config field 'qk_head_dim' without an MLA latent "
+                             "(kv_lora_rank): a key head dim unlike the value head dim changes what "
+                             "is cached in a way kvlib does not model; refusing to guess the cache size")
+        total = c.int("qk_nope_head_dim", default=0, minimum=0) + c.int("qk_rope_head_dim")
+        if c.int("qk_head_dim") != total:
+            raise ValueError(f"{c.model}: qk_head_dim ({c.int('qk_head_dim')}) is not "
+                             f"qk_nope_head_dim + qk_rope_head_dim ({total})")
+
+
 def read_config(config: Mapping[str, Any], name: str | None = None) -> Architecture:
     """The :class:`Architecture` a Hugging Face ``config.json`` (as a dict) describes.
 
@@ -940,7 +1106,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     c = _Fields(text, label)
     _refuse_unmodelled(config, text, label)
     model_type = str(c.get("model_type") or "")
-    n_layers = c.int(*_LAYER_COUNT_KEYS)
+    n_layers = _layer_count(c)
+    _check_per_layer_fields(c, n_layers)
     layers = _layers(c, n_layers)
     mixers = frozenset(spec.mixer for spec in layers)
     hidden = c.opt_int(*_HIDDEN_KEYS)

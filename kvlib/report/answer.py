@@ -4,11 +4,11 @@ model's error out — ``serving.Engine`` (the one serving pipeline) asked about 
 page offers, once, when the book is built. The page only looks rows up; dollars are linear in
 the price per GPU-hour, so the grid holds them at $1 and the page multiplies by the price.
 
-* Checkpoints (``weight_choices``): the format a model is published in (its config's
-  ``quantization_config``, else bf16) and each row of ``data/weight_checkpoints.csv`` naming a
-  published checkpoint of the same architecture in another format (FP8, 4-bit AWQ), with its
-  repository and source. A model *has* an fp8 or int4 checkpoint when, and only when, its
-  config or such a row says so.
+* Checkpoints (``weight_choices``, from ``kvlib.model.checkpoints``): the format a model is
+  published in (its config's ``quantization_config``, else bf16) and each row of
+  ``data/weight_checkpoints.csv`` naming a published checkpoint of the same architecture in
+  another format (FP8, 4-bit AWQ), with its repository and source. A model *has* an fp8 or
+  int4 checkpoint when, and only when, its config or such a row says so.
 * Prices (``market_prices``): per GPU and kind of offer (on-demand, spot, committed,
   marketplace), the median of the dated rows of ``data/prices.csv`` of that kind, naming them —
   the undated rows only when a GPU has no dated one of that kind, and then said so.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -34,10 +33,15 @@ from ..serve.cost import cost_per_million_tokens
 from ..core.data import csv_path
 from ..deployment import Deployment
 from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
+# The checkpoints live in the model layer (``launch`` needs their repositories); named here too,
+# where the landing page's readers and chapters look them up.
+from ..model.checkpoints import WeightChoice, weight_choices
+from ..model.checkpoints import checkpoint_rows as checkpoint_rows
+from ..model.checkpoints import published_weight_format as published_weight_format
 from ..model.formats import weight_format as parse_weights
 from ..model.model import Model
 from ..serve.prefix_cost import input_cost_per_million
-from ..model.registry import load_model, model_record
+from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
@@ -54,68 +58,8 @@ PRICING_KINDS: dict[str, str] = {
 #: price): never part of a market price.
 NOT_OFFERS = frozenset({"assumption"})
 
-#: Checkpoint formats read from a config's ``quantization_config.quant_method`` → the
-#: ``weight_dtype`` kvlib serves them in (others, e.g. GPTQ's bit widths, are not guessed).
-_QUANT_FORMATS: dict[str, str | dict[str, str]] = {
-    "fp8": "fp8",  # DeepSeek-V3/R1, Kimi-K2, MiniMax: block-wise FP8 linear layers
-    "mxfp4": {"experts": "mxfp4"},  # gpt-oss: MXFP4 routed experts, the rest bf16
-}
-
 #: The prefix-cache hit rate of the page's input-price line (chapter 6's landing example, in chapters/07_prefix_caching.md).
 PREFIX_HIT_RATE = 0.6
-
-
-def published_weight_format(slug: str) -> str | dict[str, str]:
-    """The weight format a registry model's checkpoint is published in: ``"bf16"`` when its
-    config has no ``quantization_config``, else the ``_QUANT_FORMATS`` entry for its method.
-
-    Raises ValueError for a quantization method kvlib does not map (it never guesses bits).
-    """
-    method = load_model(slug).architecture.quant_method
-    if method is None:
-        return "bf16"
-    if method not in _QUANT_FORMATS:
-        raise ValueError(f"{slug}: quantization method {method!r} has no kvlib weight format "
-                         f"(known: {', '.join(_QUANT_FORMATS)}); pass weight_dtype explicitly")
-    fmt = _QUANT_FORMATS[method]
-    return dict(fmt) if isinstance(fmt, Mapping) else fmt
-
-
-@dataclass(frozen=True)
-class WeightChoice:
-    """One checkpoint of a model the page offers: label ("bf16", "fp8", "int4", …),
-    weight_format (as ``params.weight_bytes`` reads it), repository and source_url (where it is
-    published and where that is stated), published (the registry's own config: the model as
-    its publisher ships it)."""
-
-    label: str
-    weight_format: str | Mapping[str, str]
-    repository: str
-    source_url: str
-    published: bool
-
-
-def checkpoint_rows() -> pd.DataFrame:
-    """``data/weight_checkpoints.csv``: published checkpoints in other formats, one per row."""
-    return pd.read_csv(csv_path("weight_checkpoints.csv"), dtype=str, keep_default_na=False)
-
-
-def weight_choices(slug: str) -> list[WeightChoice]:
-    """The checkpoints of registry model ``slug``: the published one first, then the rows of
-    ``data/weight_checkpoints.csv`` for it. ValueError when two share a label."""
-    record = model_record(slug)
-    published = published_weight_format(slug)
-    choices = [WeightChoice(parse_weights(published).family, published,
-                            record["source"].get("repo", slug), record["source"]["url"], True)]
-    rows = checkpoint_rows()
-    for row in rows[rows["model"] == slug].itertuples():
-        choices.append(WeightChoice(parse_weights(row.weight_format).family, row.weight_format,
-                                    row.repository, row.source_url, False))
-    labels = [c.label for c in choices]
-    if len(set(labels)) < len(labels):
-        raise ValueError(f"{slug}: two checkpoints with the same label in {labels} "
-                         "(data/weight_checkpoints.csv)")
-    return choices
 
 
 def complete_gpus() -> list[str]:

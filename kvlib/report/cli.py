@@ -1,5 +1,8 @@
 """The ``kvlib`` command: KV bytes, what fits on a GPU, $/1M tokens, and claim rechecks.
 
+``fit`` and ``cost`` of a model also print the command that starts vLLM as they assume
+(``launch``; ``"launch_command"`` in JSON, ``kvlib.launch_command``).
+
 Readable tables by default, ``--json`` for scripts. Exit status: 0 with the answer on stdout;
 2 with one line on stderr for bad input (an unknown model, a negative size, a context past the
 model's maximum, a result no float can hold, ...). Closing the output early (``| head``) is
@@ -112,7 +115,10 @@ def _deployment(args: argparse.Namespace):
     from ..core.checks import positive_integer
     from ..deployment import Deployment
 
-    return Deployment(_load(args.model), args.gpu, tp=args.tp, weights=args.weight_dtype,
+    model = _load(args.model)
+    if not _is_file(Path(args.model)) and Path(args.model).suffix != ".json":
+        model = args.model  # a registry slug: the deployment knows its checkpoints
+    return Deployment(model, args.gpu, tp=args.tp, weights=args.weight_dtype,
                       kv=args.kv_dtype, gpu_memory_utilization=args.util,
                       max_model_len=positive_integer("context_tokens", args.context),
                       max_num_seqs=args.max_num_seqs,
@@ -135,6 +141,26 @@ def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, dest) is None:
             setattr(args, dest, default)
     return args
+
+
+def _launch(deployment: Any, fits: bool = True) -> tuple[str | None, list[str]]:
+    """The command that starts the engine as ``deployment`` describes it
+    (``kvlib.launch_command``) and its notes; None and the reason where there is none (the
+    deployment does not fit, no checkpoint in its weight format is recorded, the engine has no
+    flag for its KV format)."""
+    from ..engines.launch import launch_command
+
+    if not fits:
+        return None, ["the deployment does not fit, so no command starts it"]
+    try:
+        command = launch_command(deployment)
+    except ValueError as exc:
+        return None, [" ".join(str(exc).split())]
+    return command.text, list(command.notes)
+
+
+def _launch_row(text: str | None, notes: list[str]) -> tuple[str, str]:
+    return ("launch", text if text is not None else f"none: {notes[0]}")
 
 
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
@@ -167,6 +193,8 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         point = _serving(d, args)
         data["speed"] = _speed_data(point)
         rows += _speed_rows(point)
+    data["launch_command"], data["launch_notes"] = _launch(d, fits=conc >= 1)
+    rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
 
 
@@ -254,6 +282,8 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
             ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
                               "output tokens")]
+    data["launch_command"], data["launch_notes"] = _launch(d)
+    rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
 
 

@@ -427,40 +427,172 @@ def step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch
     return _uniform_step(d, b, ctx, pre, prompt)
 
 
+class _Linear:
+    """Σ over a model's distinct layers of ``count · (const + slope · held(c))``, held(c) =
+    min(c, cap) (the tokens a layer keeps of a context of c): the KV bytes and attention FLOPs of
+    a context, for numpy arrays of contexts. Built from the layers' own ``tokens_held``,
+    ``bytes_per_token`` and ``attention_flops_per_token``, so it gives their numbers."""
+
+    def __init__(self, terms: list[tuple[float, float, float]]) -> None:
+        self.const = sum(c for c, _, _ in terms)
+        self.terms = [(slope, cap) for _, slope, cap in terms if slope]
+
+    def at(self, c: np.ndarray) -> np.ndarray:
+        return self.const + sum(slope * np.minimum(c, cap) for slope, cap in self.terms)
+
+    def decoding(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        """Σ over requests of ``at(computed + j)`` for j = 0 … n_steps − 1 (each request one
+        token further every step), in O((requests + steps) log requests)."""
+        c = np.sort(np.asarray(computed, dtype=float))
+        k, j = len(c), np.arange(n_steps, dtype=float)
+        prefix = np.concatenate(([0.0], np.cumsum(c)))
+        out = np.full(n_steps, self.const * k)
+        for slope, cap in self.terms:
+            if cap == math.inf:
+                out += slope * (prefix[-1] + k * j)
+                continue
+            below = np.searchsorted(c, cap - j, side="left")  # c_i + j < cap
+            out += slope * (prefix[below] + below * j + cap * (k - below))
+        return out
+
+    def summed(self, start: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Σ of ``at`` over the contexts start, start + 1, …, start + n − 1."""
+        def s(x: np.ndarray, cap: float) -> np.ndarray:  # Σ_{t < x} min(t, cap)
+            if cap == math.inf:
+                return x * (x - 1) / 2
+            m = np.minimum(x, cap)
+            return m * (m - 1) / 2 + np.maximum(x - cap, 0) * cap
+        return self.const * n + sum(slope * (s(start + n, cap) - s(start, cap))
+                                    for slope, cap in self.terms)
+
+
+_HUGE = 1 << 40
+
+
+def _held_cap(layer: Any) -> float:
+    held = layer.tokens_held(_HUGE)
+    return 0.0 if held == 0 else (math.inf if held == _HUGE else float(held))
+
+
+@lru_cache(maxsize=64)
+def _context_costs(d: Deployment) -> tuple[_Linear, _Linear, int]:
+    """(KV bytes of a context, attention FLOPs of a token at a context, state bytes) on one GPU."""
+    m, tp, fmt = d.model, d.tp, d.kv
+    kv_terms, flop_terms = [], []
+    for layer, count in m.distinct_layers:
+        cap = _held_cap(layer)
+        kv_terms.append((0.0, count * layer.bytes_per_token(fmt, tp) if cap else 0.0, cap))
+        f0 = layer.attention_flops_per_token(0, tp, m.n_heads)
+        probe = 1024 if cap == math.inf else max(int(cap), 1)
+        slope = (layer.attention_flops_per_token(probe, tp, m.n_heads) - f0) / probe if cap else 0.0
+        flop_terms.append((count * f0, count * slope, cap))
+    return _Linear(kv_terms), _Linear(flop_terms), m.state_bytes(None, tp)
+
+
+@lru_cache(maxsize=4096)
+def _fixed_terms(d: Deployment, tokens: int) -> tuple[int, float, float, float]:
+    """(weight bytes, matmul FLOPs with MoE tile padding, fixed seconds, all-reduce seconds) of a
+    step over ``tokens`` tokens: what does not depend on the requests' contexts."""
+    m, g, tp, eff = d.model, d.gpu, d.tp, _efficiency(d)
+    counts = _counts(m)
+    weights = step_weight_bytes(counts, d.weights, tp, tokens)
+    flops = tokens * 2 * counts.matmul_active / tp
+    if counts.n_experts:
+        rows = moe_padded_rows(counts.n_experts, counts.experts_per_token, tokens)
+        extra = rows - tokens * counts.experts_per_token
+        flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
+    bl = blocks(m)
+    fixed = eff.step_overhead_s(d.engine, g) + eff.block_overhead_s(bl)
+    comm = 0.0
+    if tp > 1 and eff.communication:
+        comm = bl.total * allreduce_time_s(g, tp, tokens * hidden_size(m) * ACTIVATION_BYTES)
+    return weights, flops, fixed, comm
+
+
+def step_of(deployment: Deployment, batch: Any) -> Step:
+    """The ``Step`` of ``step_time``. Each request of ``batch`` — ``(tokens scheduled this step,
+    tokens already computed)`` — reads the KV of its computed tokens; a prefill chunk (more than
+    one token) also writes its own KV, and each of its tokens attends to the tokens before it."""
+    return StepTimer(deployment).step(batch)
+
+
+class StepTimer:
+    """``step_time`` of one deployment as the serving simulator calls it, step after step:
+    ``timer(batch)`` is ``step_time(deployment, batch)``, ``timer.step(batch)`` its ``Step``, and
+    ``timer.decode_steps(computed, n)`` the seconds of n consecutive pure-decode steps of requests
+    holding ``computed`` tokens at the first — the same numbers, in one vectorised call."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        d = self.deployment = deployment
+        self.kv, self.attention, self.state = _context_costs(d)
+        self.eff = _efficiency(d)
+        self.beta = d.gpu.bandwidth()
+        self.peak = d.gpu.dense_flops(d.weights.compute_dtype)
+        self._fixed: dict[int, tuple[int, float, float, float]] = {}
+
+    def _terms(self, tokens: int) -> tuple[int, float, float, float]:
+        if tokens not in self._fixed:
+            self._fixed[tokens] = _fixed_terms(self.deployment, tokens)
+        return self._fixed[tokens]
+
+    def step(self, batch: Any) -> Step:
+        try:
+            pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("batch must be pairs (tokens scheduled this step, tokens already "
+                             f"computed) of integers, got {batch!r}"[:200]) from None
+        if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
+            raise ValueError("a step schedules at least one token for each request, "
+                             "none negative")
+        new, done = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
+        kv, attention = self.kv, self.attention
+        chunk = new > 1
+        read = float(kv.at(done).sum()) + self.state * int((done > 0).sum())
+        flops = float(attention.at(done[~chunk]).sum())
+        written = 0.0
+        if chunk.any():
+            start, n = done[chunk], new[chunk]
+            written = float((kv.at(start + n) - kv.at(start)).sum())
+            flops += float(attention.summed(start, n).sum())
+        decodes = int((~chunk).sum())
+        prefill = int(new[chunk].sum())
+        weights, matmul, fixed, comm = self._terms(decodes + prefill)
+        kv_bytes = read + written
+        flops += matmul
+        kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
+        return Step(kind=kind, batch=decodes, context_tokens=int(done.sum()) // len(done),
+                    prefill_tokens=prefill, n_gpus=self.deployment.tp, weight_bytes=weights,
+                    kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
+                    kv_s=kv_bytes / self.beta, compute_s=flops / self.peak, fixed_s=fixed,
+                    allreduce_s=comm, efficiency=self.eff.name, law=self.eff)
+
+    def __call__(self, batch: Any) -> float:
+        s = self.step(batch)
+        return float(law_seconds(s.weights_s, s.kv_s, s.compute_s, s.fixed_s, s.allreduce_s,
+                                 self.eff))
+
+    def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
+        c = np.asarray(computed, dtype=float)
+        k = len(c)
+        weights, matmul, fixed, comm = self._terms(k)
+        with_state = np.full(n_steps, k)  # a request holds its recurrent state once it has tokens
+        with_state[0] = int((c > 0).sum())
+        kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state
+        flops = matmul + self.attention.decoding(c, n_steps)
+        return law_seconds(weights / self.beta, kv_bytes / self.beta, flops / self.peak, fixed,
+                           comm, self.eff)
+
+
 def step_time(deployment: Deployment, batch: Any) -> float:
     """Seconds of one engine step that schedules, for each request in ``batch``, ``(tokens
     scheduled this step, tokens already computed)`` — decodes (1 token) and prefill chunks
-    together, each attending to its own context. The default ``step_time`` of the serving
-    simulator; a sequence of pairs or an (n, 2) integer array."""
-    try:
-        pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError("batch must be pairs (tokens scheduled this step, tokens already "
-                         f"computed) of integers, got {batch!r}"[:200]) from None
-    if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
-        raise ValueError("a step schedules at least one token for each request, none negative")
-    return step_of(deployment, pairs).time_s
+    together, each attending to its own context (``step_of``; the law of ``law_seconds``).
+    The default ``step_time`` of the serving simulator: a sequence of pairs or an (n, 2) array.
 
-
-def step_of(deployment: Deployment, pairs: np.ndarray) -> Step:
-    """The ``Step`` of ``step_time``: KV read over each request's context plus the KV its new
-    tokens write; attention FLOPs of each new token over the tokens before it (sampled)."""
-    d, m = deployment, deployment.model
-    tp, kv = d.tp, d.kv
-    new, done = pairs[:, 0], pairs[:, 1]
-    decodes = int((new == 1).sum())
-    kv_bytes = 0.0
-    flops = 0.0
-    for n, c in zip(new.tolist(), done.tolist()):
-        kv_bytes += m.kv_bytes(c, kv, tp=tp) if c else 0
-        kv_bytes += m.kv_bytes(c + n, kv, tp=tp) - (m.kv_bytes(c, kv, tp=tp) if c else 0)
-        k = min(_PROMPT_SAMPLES, n)
-        flops += n * sum(attention_flops_per_token(m, c + int((i + 0.5) * n / k), tp)
-                         for i in range(k)) / k
-    prefill = int(new.sum()) - decodes
-    kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
-    context = int(done.mean())
-    return _step(d, kind, decodes, context, prefill, kv_bytes, flops)
+    E.g. ``step_time(Deployment("llama-3.1-8b", "h100-sxm"), [(1, 4000)] * 32 + [(2048, 0)])``:
+    32 decodes at 4,000 tokens beside the first 2,048-token chunk of a new prompt.
+    """
+    return StepTimer(deployment)(batch)
 
 
 def decode_step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,

@@ -1,0 +1,84 @@
+"""Every engine's KV pool from the same ``Deployment``: ``kv_pool`` dispatches on
+``deployment.engine`` to vLLM's (``capacity.kv_pool``, a ``Pool``), SGLang's
+(``sglang.kv_pool``, an ``SGLangPool``) or TensorRT-LLM's (``tensorrt_llm.kv_pool``, a
+``TensorRTLLMPool``); ``engine_comparison`` puts the three side by side.
+
+Each pool answers ``tokens``, ``block_size``, ``num_blocks``, ``kv_bytes_per_gpu``,
+``available_kv_bytes``, ``weights_bytes_per_gpu``, ``max_concurrency(context)`` and
+``terms()``. This module is ``kvlib.kv_pool``.
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import pandas as pd
+
+from ..core.checks import positive_integer
+from ..core.units import GIB
+from ..deployment import Deployment
+from ..deployment import deployment as as_deployment
+from ..hardware.gpus import GPU
+from ..model.model import Model
+from . import capacity, sglang, tensorrt_llm
+from .capacity import VLLM, Overheads, Pool
+from .sglang import SGLangPool
+from .tensorrt_llm import TensorRTLLMPool
+
+#: What ``kv_pool`` returns, by engine.
+AnyPool = Union[Pool, SGLangPool, TensorRTLLMPool]
+
+
+def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,
+            overheads: Overheads = VLLM, weights_bytes_per_gpu: int | None = None,
+            **keywords: Any) -> AnyPool:
+    """The KV pool the deployment's ``engine`` allocates (public API, ``kvlib.kv_pool``): for
+    "vllm" exactly ``capacity.kv_pool`` (every keyword form it takes), for "sglang"
+    ``sglang.kv_pool``, for "tensorrt-llm" ``tensorrt_llm.kv_pool``. ``overheads`` (the
+    activation and non-torch terms) applies to vLLM and TensorRT-LLM; SGLang measures no
+    activations, so a non-default one is refused for it."""
+    d = as_deployment(deployment, gpu, **keywords)
+    if d.engine == "sglang":
+        if overheads is not VLLM:
+            raise ValueError("SGLang measures no activation peak: overheads do not apply")
+        return sglang.kv_pool(d, weights_bytes_per_gpu=weights_bytes_per_gpu)
+    if d.engine == "tensorrt-llm":
+        return tensorrt_llm.kv_pool(d, weights_bytes_per_gpu=weights_bytes_per_gpu,
+                                    overheads=overheads)
+    return capacity.kv_pool(d, overheads=overheads, weights_bytes_per_gpu=weights_bytes_per_gpu)
+
+
+def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                      context_tokens: int, **keywords: Any) -> pd.DataFrame:
+    """The same deployment under vLLM, SGLang and TensorRT-LLM, one row per engine, each with
+    its own defaults for every field left ``None`` (public API).
+
+    Columns: engine; memory_fraction (vLLM's utilization, SGLang's ``mem_fraction_static``,
+    TensorRT-LLM's ``free_gpu_memory_fraction``) and what it is a share of; kv_gib (the K/V
+    tensors on one GPU, GiB); tokens; block_tokens (tokens per page/block); waste_tokens, the
+    mean tokens left empty in a request's last page, (P − 1)/2 for lengths spread evenly over
+    a page; waste_share = waste_tokens ÷ ``context_tokens``; concurrency, requests of
+    ``context_tokens`` tokens the pool holds; max_running, the engine's default cap on running
+    requests (vLLM ``max_num_seqs``, SGLang ``--max-running-requests``, TensorRT-LLM
+    ``max_batch_size``).
+    """
+    base = as_deployment(deployment, gpu, **keywords)
+    context = positive_integer("context_tokens", context_tokens)
+    shares = {"vllm": "the device total", "sglang": "free memory before the weights",
+              "tensorrt-llm": "free memory after weights and profiling"}
+    rows = []
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        p = kv_pool(base.with_(engine=engine))
+        fraction = {"vllm": getattr(p, "gpu_memory_utilization", None),
+                    "sglang": getattr(p, "mem_fraction_static", None),
+                    "tensorrt-llm": getattr(p, "free_gpu_memory_fraction", None)}[engine]
+        running = {"vllm": getattr(p, "max_num_seqs", None),
+                   "sglang": getattr(p, "max_running_requests", None),
+                   "tensorrt-llm": getattr(p, "max_batch_size", None)}[engine]
+        rows.append({"engine": engine, "memory_fraction": float(fraction),
+                     "fraction_of": shares[engine], "kv_gib": p.kv_bytes_per_gpu / GIB,
+                     "tokens": int(p.tokens), "block_tokens": int(p.block_size),
+                     "waste_tokens": (p.block_size - 1) / 2,
+                     "waste_share": (p.block_size - 1) / 2 / context,
+                     "concurrency": float(p.max_concurrency(context)),
+                     "max_running": None if running is None else int(running)})
+    return pd.DataFrame(rows)

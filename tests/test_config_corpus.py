@@ -1,0 +1,143 @@
+"""The config corpus (data/config_corpus/): 64 published config.json files of 2025-2026 models
+that the reader was not written for. Each must be sized, or refused by name for a field that
+really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
+a name-pattern guess alone. CORPUS_REPORT.md gives the modeling code behind each verdict."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kvlib import Model
+from kvlib.model.hf_config import PARAMETER_REFUSED_KEYS, REFUSED_KEYS
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "config_corpus"
+FILES = sorted(CORPUS.glob("*.json"))
+RECORDS = {path.stem: json.loads(path.read_text()) for path in FILES}
+
+#: Refused for a field that changes the cache, with the field (checked against the modeling code
+#: of transformers 5.24.0 / vLLM 0.33.0; see CORPUS_REPORT.md).
+CACHE_REFUSALS = {
+    **dict.fromkeys(["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-nvfp4",
+                     "deepseek-v4-pro-nvfp4", "deepseek-v4-flash-nvfp4-fp8"], "compress_ratios"),
+    **dict.fromkeys(["gemma-4-26b-a4b-nvfp4", "gemma-4-31b-it-nvfp4"], "global_head_dim"),
+    **dict.fromkeys(["glm-5.2", "glm-5.2-fp8", "glm-5.3", "glm-5.3-fp8"], "indexer_types"),
+    "kimi-k3": "linear_attn_config",
+    "minimax-m3": "sparse_attention_config",
+    "llama-3.3-nemotron-super-49b-v1": "block_configs",
+}
+#: Refused for a field that changes the weights but not the cache (kvlib's records describe one
+#: query-head count per model and one expert width).
+WEIGHT_REFUSALS = {
+    "laguna-s-2.1-fp8": "num_attention_heads_per_layer",
+    "laguna-xs.2-fp8": "num_attention_heads_per_layer",
+    "nemotron-3-ultra-550b-a55b": "moe_latent_size",
+}
+
+
+def test_the_corpus_is_there_and_apart_from_the_registry():
+    assert len(FILES) >= 60
+    registry = {p.stem for p in (CORPUS.parent / "models").glob("*.json")}
+    assert not registry & set(RECORDS)
+    for slug, record in RECORDS.items():
+        assert record["slug"] == slug
+        assert record["source"]["url"].startswith("https://huggingface.co/")
+        assert record["source"]["note"] and record["source"]["accessed"]
+
+
+@pytest.mark.parametrize("slug", sorted(RECORDS))
+def test_each_config_is_sized_or_refused_for_a_named_field(slug):
+    config = RECORDS[slug]["config"]
+    if slug in CACHE_REFUSALS or slug in WEIGHT_REFUSALS:
+        with pytest.raises(ValueError) as info:
+            Model.from_hf_config(config, slug)
+        message = str(info.value)
+        assert "unknown to kvlib" not in message  # no name-pattern guess
+        named = re.findall(r"'([a-z_]+)' \(", message)
+        if slug in CACHE_REFUSALS:
+            assert CACHE_REFUSALS[slug] in named
+            assert set(named) <= set(REFUSED_KEYS)
+            assert "changes what is cached" in message or "change what is cached" in message
+        else:
+            assert named == [WEIGHT_REFUSALS[slug]]
+            assert "the parameter count would not" in message
+    else:
+        model = Model.from_hf_config(config, slug)
+        assert model.kv_bytes_per_token("bf16") > 0
+
+
+@pytest.mark.parametrize("slug,expected", [
+    # Qwen3-0.6B: 2 (K and V) × 28 layers × 8 KV heads × 128 head dim × 2 bytes
+    ("qwen3-0.6b", 2 * 28 * 8 * 128 * 2),
+    # Qwen3-VL-32B (text_config): 2 × 64 layers × 8 × 128 × 2
+    ("qwen3-vl-32b-instruct", 2 * 64 * 8 * 128 * 2),
+    # DeepSeek-V3.1, MLA: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes
+    ("deepseek-v3.1", 61 * (512 + 64) * 2),
+    # Kimi-K2.5 (text_config DeepSeek-V3 MLA), the wrapper's vision flags ignored: 61 × 576 × 2
+    ("kimi-k2.5", 61 * (512 + 64) * 2),
+    # GLM-5, MLA + lightning indexer on all 78 layers: 78 × 576 × 2 + 78 × (128 fp8 + 4 scale)
+    ("glm-5", 78 * (512 + 64) * 2 + 78 * (128 + 4)),
+    # Qwen3.5-122B-A10B: only the 12 full_attention layers grow: 2 × 12 × 2 KV heads × 256 × 2
+    ("qwen3.5-122b-a10b", 2 * 12 * 2 * 256 * 2),
+    # Nemotron-3.5-Lightning (layers_block_type): 6 attention blocks × 2 × 2 KV heads × 128 × 2
+    ("nemotron-3.5-lightning-30b-a3b-nvfp4", 2 * 6 * 2 * 128 * 2),
+    # Muse-Glimmer-30B, below its 2,048-token window: 2 × 52 layers × 2 KV heads × 128 × 2
+    ("muse-glimmer-30b", 2 * 52 * 2 * 128 * 2),
+])
+def test_exact_bytes_per_token(slug, expected):
+    assert Model.from_hf_config(RECORDS[slug]["config"], slug).kv_bytes_per_token("bf16") == expected
+
+
+def test_layers_block_type_and_the_pattern_spelling_agree():
+    config = RECORDS["nemotron-3.5-lightning-30b-a3b-nvfp4"]["config"]
+    letters = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}
+    pattern = "".join(letters[t] for t in config["layers_block_type"])
+    legacy = {k: v for k, v in config.items() if k != "layers_block_type"}
+    legacy["hybrid_override_pattern"] = pattern
+    assert (Model.from_hf_config(config).layers == Model.from_hf_config(legacy).layers)
+    without_count = {k: v for k, v in config.items() if k != "num_hidden_layers"}
+    assert Model.from_hf_config(without_count).layers == Model.from_hf_config(config).layers
+    with pytest.raises(ValueError, match="unknown entries"):
+        Model.from_hf_config({**config, "layers_block_type": ["mamba", "conv"] * 26})
+
+
+def test_family_knowledge_does_not_leak_to_other_families():
+    base = RECORDS["qwen3-0.6b"]["config"]
+    # a vision flag ignored for kimi_k25 wrappers is still a pattern-matched unknown elsewhere
+    with pytest.raises(ValueError, match="'use_unified_vision_chunk' \\(unknown to kvlib"):
+        Model.from_hf_config({**base, "use_unified_vision_chunk": True})
+    # qk_head_dim without an MLA latent would be a K head dim unlike V's
+    with pytest.raises(ValueError, match="'qk_head_dim' without an MLA latent"):
+        Model.from_hf_config({**base, "qk_head_dim": 192})
+    glm = RECORDS["glm-5"]["config"]
+    with pytest.raises(ValueError, match="is not qk_nope_head_dim \\+ qk_rope_head_dim"):
+        Model.from_hf_config({**glm, "qk_head_dim": 255})
+
+
+def test_minimax_lightning_layers_are_refused():
+    config = RECORDS["minimax-m2.7"]["config"]
+    assert set(config["attn_type_list"]) == {1}  # MiniMax-M2: softmax attention everywhere
+    mixed = {**config, "attn_type_list": [0] * 61 + [1]}
+    with pytest.raises(ValueError, match="61 lightning \\(linear\\) attention layers"):
+        Model.from_hf_config(mixed)
+    with pytest.raises(ValueError, match="describes 3 layers"):
+        Model.from_hf_config({**config, "attn_type_list": [1, 1, 1]})
+
+
+def test_parameter_refusals_are_listed():
+    assert set(PARAMETER_REFUSED_KEYS) == {"moe_latent_size"}
+    laguna = RECORDS["laguna-xs.2-fp8"]["config"]
+    same_heads = {**laguna, "num_attention_heads_per_layer": [48] * 40}
+    assert Model.from_hf_config(same_heads).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2
+
+
+def test_family_lists_do_not_overlap_the_global_decisions():
+    from kvlib.model.hf_config import FAMILY_IGNORED_KEYS, IGNORED_KEYS, READ_KEYS
+    family = set().union(*map(set, FAMILY_IGNORED_KEYS.values()))
+    assert not family & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS)
+                         | set(PARAMETER_REFUSED_KEYS))
+    assert not set(PARAMETER_REFUSED_KEYS) & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS))
+    assert all(len(reason) > 10 for keys in FAMILY_IGNORED_KEYS.values()
+               for reason in keys.values())

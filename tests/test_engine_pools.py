@@ -1,0 +1,292 @@
+"""SGLang's and TensorRT-LLM's KV pools (kvlib.engines.sglang, kvlib.engines.tensorrt_llm) and
+kvlib.kv_pool's dispatch on ``Deployment.engine``.
+
+Expectations are hand-computed from the formulas of ENGINES_REPORT.md (branch engine-pools),
+which cites SGLang 0.5.23's wheel line by line and TensorRT-LLM's source by commit; the
+arithmetic is in the comments. SGLang's own code is no oracle here: ``import sglang`` fails in
+/work/main/.venv (not installed; it needs torch with CUDA, triton and a dozen more packages), so
+the report's CPU run of SGLang's resolution (its table of ``mem_fraction_static`` per GPU and TP)
+is transcribed below and checked instead.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+import pytest
+
+import kvlib
+from kvlib import Deployment
+from kvlib.core.units import GIB
+from kvlib.engines import capacity, pools, sglang, tensorrt_llm
+from kvlib.fit import validation
+
+# --- SGLang: the default mem_fraction_static -------------------------------------------------
+
+
+def test_h100_tp1_default_fraction_by_hand():
+    # nvidia-smi total 85,520,809,984 B = 81,559 MiB; bucket 60–90 GiB: chunked prefill 8192,
+    # decode graphs up to 256 (tp < 4).
+    assert sglang.gpu_memory_mib(kvlib.load_gpu("h100-sxm")) == 81_559
+    assert sglang.capacity_defaults(81_559, 1) == (8192, 256)
+    # reserved = 512 + 1.5·8192 + 1·1/8·1024 + 2·256 = 512 + 12,288 + 128 + 512 = 13,440 MiB
+    # (> the 10,240 MiB floor); (81,559 − 13,440) / 81,559 = 0.83521 → 0.835
+    assert sglang.reserved_mib(81_559, 1, 8192, 256) == 13_440
+    assert sglang.default_mem_fraction_static("h100-sxm", 1) == 0.835
+
+
+def test_a100_40gb_default_fraction_by_hand():
+    # 40,960 MiB: bucket < 60 GiB → chunked prefill 4096, graphs 32; no 10 GiB floor (≤ 60 GiB)
+    # reserved = 512 + 6,144 + 128 + 64 = 6,848; (40,960 − 6,848) / 40,960 = 0.83281 → 0.833
+    assert sglang.reserved_mib(40_960, 1, 4096, 32) == 6_848
+    assert sglang.default_mem_fraction_static("a100-40gb", 1) == 0.833
+
+
+def test_small_gpu_floor_and_running_cap():
+    # a 24 GiB card: 512 + 1.5·4096 + 128 + 2·48 = 6,880 MiB, no floor
+    assert sglang.reserved_mib(24_564, 1, 4096, 48) == 6_880
+    # an H100 with --max-running-requests 8: graphs capped at 8 → 512 + 12,288 + 128 + 16 =
+    # 12,944 MiB; (81,559 − 12,944) / 81,559 = 0.84129 → 0.841
+    assert sglang.default_mem_fraction_static("h100-sxm", 1, max_running_requests=8) == 0.841
+    # with chunked prefill 2048 the 10 GiB floor binds: 512 + 3,072 + 128 + 512 = 4,224 < 10,240
+    # → (81,559 − 10,240) / 81,559 = 0.87445 → 0.874
+    assert sglang.default_mem_fraction_static("h100-sxm", 1, chunked_prefill_size=2048) == 0.874
+
+
+#: mem_fraction_static for tp 1, 2, 4, 8 as SGLang 0.5.23's own ServerArgs resolution printed it on
+#: CPU (ENGINES_REPORT.md, "What ran on this CPU", table 1), for every NVIDIA GPU of gpus.csv.
+SGLANG_RESOLVED = {
+    "a100-40gb": (0.833, 0.83, 0.817, 0.805), "a100-80gb": (0.836, 0.834, 0.825, 0.819),
+    "h100-sxm": (0.835, 0.834, 0.824, 0.818), "h100-pcie": (0.836, 0.834, 0.825, 0.819),
+    "h100-nvl": (0.859, 0.858, 0.85, 0.844), "h200": (0.907, 0.906, 0.9, 0.897),
+    "b200": (0.857, 0.856, 0.855, 0.852), "gh200": (0.863, 0.862, 0.854, 0.849),
+    "l40s": (0.851, 0.849, 0.837, 0.826), "l4": (0.701, 0.696, 0.675, 0.653),
+    "a10g": (0.701, 0.696, 0.675, 0.653), "rtx-4090": (0.72, 0.715, 0.695, 0.674),
+    "rtx-3090": (0.72, 0.715, 0.695, 0.674),
+}
+
+
+@pytest.mark.parametrize("gpu", sorted(SGLANG_RESOLVED))
+def test_default_fraction_matches_sglangs_own_resolution(gpu):
+    got = tuple(sglang.default_mem_fraction_static(gpu, tp) for tp in (1, 2, 4, 8))
+    assert got == SGLANG_RESOLVED[gpu]
+
+
+def test_a_given_fraction_is_kept():
+    p = kvlib.kv_pool(Deployment("llama-3.1-8b", "h100-sxm", engine="sglang",
+                                 gpu_memory_utilization=0.9))
+    assert p.mem_fraction_static == 0.9 and p.mem_fraction_source == "given"
+
+
+# --- SGLang: the token pool ------------------------------------------------------------------
+
+
+def test_cell_and_tokens_for_50_gib():
+    # Llama-3.1-8B bf16, TP 1: 8 KV heads · (128 + 128) · 32 layers · 2 B = 131,072 B per token
+    # rest = F − weights − F·(1 − f) = 100 − 30 − 100·0.2 = 50 GiB;
+    # 50·2^30 / 131,072 = 409,600 tokens (the report's run of SGLang's calculate_pool_sizes)
+    p = sglang.kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=0.8,
+                       free_before_weights_bytes=100 * GIB, weights_bytes_per_gpu=30 * GIB)
+    assert p.cell_bytes == 8 * 256 * 32 * 2 == 131_072
+    assert p.available_kv_bytes == 50 * GIB
+    assert p.tokens == 409_600 and p.page_size == 1 and p.page_rounding_bytes == 0
+    assert p.max_concurrency(8192) == 409_600 / 8192 == 50.0
+    # page 64: 409,600 is a multiple of 64, the same tokens
+    p64 = sglang.kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=0.8, block_size=64,
+                         free_before_weights_bytes=100 * GIB, weights_bytes_per_gpu=30 * GIB)
+    assert p64.tokens == 409_600 and p64.num_blocks == 6_400
+    assert p64.max_concurrency(8200) == 6_400 / 129  # ⌈8200 / 64⌉ = 129 pages per request
+
+
+def test_h100_default_pool_by_hand():
+    # F = 85,061,827,297 B (the CUDA runtime's 79.22 GiB); reserve = F·(1 − 0.835) =
+    # 14,035,201,504 B; weights 16,060,522,496 B (8,030,261,248 bf16 parameters);
+    # rest = 85,061,827,297 − 14,035,201,504 − 16,060,522,496 = 54,966,103,297 B;
+    # tokens = ⌊54,966,103,297 / 131,072⌋ = 419,358
+    p = kvlib.kv_pool(Deployment("llama-3.1-8b", "h100-sxm", engine="sglang"))
+    assert isinstance(p, sglang.SGLangPool)
+    assert p.mem_fraction_static == 0.835
+    assert p.reserve_bytes == 14_035_201_504
+    assert p.available_kv_bytes == 54_966_103_297
+    assert p.tokens == 54_966_103_297 // 131_072 == 419_358
+    # --max-running-requests: ⌊419,358 / 131,072 · 512⌋ = 1,638 → clamped to 2,048;
+    # min(2,048, 419,358 // 2) = 2,048
+    assert p.max_running_requests == 2048
+    assert p.terms()["bytes"].iloc[-1] == p.kv_bytes_per_gpu == 419_358 * 131_072
+
+
+def test_gqa_heads_replicated_and_mla_not_divided():
+    # Llama-3.1-8B at TP 8: 8 KV heads / 8 = 1 per rank → 1 · 256 · 32 · 2 = 16,384 B
+    assert sglang.kv_pool("llama-3.1-8b", "h100-sxm", tp=8).cell_bytes == 16_384
+    # DeepSeek-V3 MLA: (512 + 64) · 61 layers · 2 B = 70,272 B on every rank, TP 1 or 8
+    for tp in (1, 8):
+        p = sglang.kv_pool("deepseek-v3", "h200", tp=tp, weights="fp8")
+        assert p.cell_bytes == 576 * 61 * 2 == 70_272
+    # fp8 KV: one byte per element
+    assert sglang.kv_pool("llama-3.1-8b", "h100-sxm", kv="fp8").cell_bytes == 65_536
+
+
+def test_hybrid_mamba_split_by_hand():
+    # Qwen3-Next-80B-A3B: 12 full-attention layers, 36 Gated DeltaNet layers.
+    # cell = 2 KV heads · (256 + 256) · 12 · 2 B = 24,576 B; state s = 39,518,208 B per request.
+    m = kvlib.load_model("qwen3-next-80b-a3b")
+    s = m.state_bytes(tp=1)
+    assert s == 39_518_208
+    p = sglang.kv_pool("qwen3-next-80b-a3b", "h200", gpu_memory_utilization=0.8,
+                       max_model_len=131_072, free_before_weights_bytes=100 * GIB,
+                       weights_bytes_per_gpu=30 * GIB)
+    assert p.cell_bytes == 24_576 and p.attention_layers == 12
+    # rest = 50 GiB = 53,687,091,200 B; state budget = rest · 0.9 / 1.9 = 25,430,727,494.7 B;
+    # slots = ⌊(25,430,727,494.7 − s) / s⌋ = ⌊642.5⌋ = 642; state pool = 643 · s = 25,410,207,744 B
+    assert p.state_slots == 642 and p.state_bytes == 643 * s == 25_410_207_744
+    # tokens = ⌊(53,687,091,200 − 25,410,207,744) / 24,576⌋ = ⌊1,150,589.9⌋ = 1,150,589
+    assert p.tokens == (50 * GIB - 643 * s) // 24_576 == 1_150_589
+    # running: ⌊1,150,589 / 131,072 · 512⌋ = 4,494 → 4,096 (the clamp), then slots // 3 = 214
+    assert p.max_running_requests == 214
+    assert p.max_concurrency(131_072) == min(1_150_589 / 131_072, 642)
+
+
+def test_max_running_requests_rule():
+    # min(clamp(⌊tokens / context · 512⌋, 2048, 4096), tokens // 2)
+    assert sglang.default_max_running_requests(10_000_000, 8192) == 4096  # 625,000 → 4,096
+    assert sglang.default_max_running_requests(3000, 8192) == 1500  # 2,048 capped at 3,000 // 2
+    assert sglang.default_max_running_requests(419_358, 131_072, given=8) == 8
+    assert sglang.default_max_running_requests(1000, 8192, given=4000) == 500
+
+
+def test_refused_kinds():
+    with pytest.raises(ValueError, match="sliding"):
+        sglang.kv_pool("gemma-2-9b", "h100-sxm")
+    with pytest.raises(ValueError, match="recurrent"):
+        tensorrt_llm.kv_pool("qwen3-next-80b-a3b", "h200")
+    with pytest.raises(ValueError, match="scales"):
+        sglang.kv_pool("llama-3.1-8b", "h100-sxm", kv="nvfp4 (block of 16, fp8 scale)")
+
+
+def test_a_pool_below_zero_holds_nothing():
+    # Qwen3-Next-80B fp8 on one H100: 0.835 · 79.22 GiB − 74.83 GiB of weights < 0
+    p = sglang.kv_pool("qwen3-next-80b-a3b", "h100-sxm", weights="fp8")
+    assert p.available_kv_bytes < 0 and p.tokens == 0 and p.max_concurrency(8192) == 0.0
+
+
+# --- TensorRT-LLM ----------------------------------------------------------------------------
+
+
+def test_tensorrt_llm_h100_defaults_by_hand():
+    p = kvlib.kv_pool(Deployment("llama-3.1-8b", "h100-sxm", engine="tensorrt-llm"))
+    assert isinstance(p, tensorrt_llm.TensorRTLLMPool)
+    assert (p.free_gpu_memory_fraction, p.tokens_per_block, p.max_batch_size,
+            p.max_num_tokens) == (0.9, 32, 2048, 8192)
+    # activation (kvlib's assumption): 1.675 · 8192 tokens · (4096 + 2·14,336) · 2 B
+    # = 1.675 · 8192 · 32,768 · 2 = 899,258,777 B; non-torch 0.75 GiB = 805,306,368 B (TP 1)
+    assert p.activation_peak_bytes == int(1.675 * 8192 * 32_768 * 2) == 899_258_777
+    assert p.non_torch_bytes == 805_306_368
+    # free = 85,061,827,297 − 16,060,522,496 − 899,258,777 − 805,306,368 = 67,296,739,656 B;
+    # × 0.9 = 60,567,065,690 B; ⌊/ 131,072⌋ = 462,090 tokens → ⌈462,090 / 32⌉ = 14,441 blocks
+    # = 462,112 tokens
+    assert p.free_after_profile_bytes == 67_296_739_656
+    assert p.available_kv_bytes == 60_567_065_690
+    assert p.bytes_per_token == 131_072 and p.max_tokens == 462_090
+    assert p.num_blocks == 14_441 and p.tokens == 462_112
+    assert p.max_concurrency(8192) == 14_441 / 256
+    assert p.terms()["bytes"].iloc[-1] == p.kv_bytes_per_gpu
+
+
+def test_tensorrt_llm_max_tokens_cap_and_fraction():
+    p = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-sxm", max_tokens=100_000)
+    # min(462,090, 100,000) = 100,000 → ⌈100,000 / 32⌉ = 3,125 blocks
+    assert p.max_tokens == 100_000 and p.num_blocks == 3_125 and p.tokens == 100_000
+    half = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=0.45)
+    assert half.available_kv_bytes == int(0.45 * 67_296_739_656)
+    mla = tensorrt_llm.kv_pool("deepseek-v3", "h200", tp=8, weights="fp8")
+    assert mla.bytes_per_token == 70_272  # (512 + 64) · 61 · 2, not divided by TP
+
+
+# --- dispatch ----------------------------------------------------------------------------------
+
+
+def test_dispatch_on_engine_and_vllm_unchanged():
+    d = Deployment("llama-3.1-8b", "h100-sxm")
+    assert kvlib.kv_pool(d) == capacity.kv_pool(d) and isinstance(kvlib.kv_pool(d), kvlib.Pool)
+    assert kvlib.kv_pool(d).tokens == 421_120  # chapter 4's vLLM pool (26,320 blocks × 16)
+    assert type(kvlib.kv_pool(d.with_(engine="sglang"))) is sglang.SGLangPool
+    assert type(kvlib.kv_pool(d.with_(engine="tensorrt-llm"))) is tensorrt_llm.TensorRTLLMPool
+    with pytest.raises(ValueError, match="overheads"):
+        kvlib.kv_pool(d.with_(engine="sglang"), overheads=kvlib.NO_OVERHEADS)
+
+
+def test_engine_comparison_table():
+    t = pools.engine_comparison("llama-3.1-8b", "h100-sxm", context_tokens=8192)
+    assert list(t["engine"]) == ["vllm", "sglang", "tensorrt-llm"]
+    assert list(t["tokens"]) == [421_120, 419_358, 462_112]
+    assert list(t["block_tokens"]) == [16, 1, 32]
+    assert list(t["waste_tokens"]) == [7.5, 0.0, 15.5]  # (P − 1) / 2
+    assert list(t["max_running"]) == [1024, 2048, 2048]
+    assert math.isclose(t["concurrency"][2], 14_441 / 256)
+
+
+# --- against the start-up logs ------------------------------------------------------------------
+
+
+def test_every_sglang_and_tensorrt_llm_log_is_checked_or_says_why():
+    logs = validation.engine_logs()
+    ids = set(logs.index[logs["engine"].isin(["sglang", "tensorrt-llm"])])
+    v = validation.engine_pool_validation()
+    assert set(v["id"]) == ids
+    unpredictable = v[v["check"] == "not predictable"]
+    assert (unpredictable["reason"].str.len() > 0).all()
+    predicted = v[v["check"] != "not predictable"]
+    assert (predicted["model"].str.len() > 0).all() and (predicted["gpu"].str.len() > 0).all()
+
+
+def test_error_per_engine_against_the_logs():
+    v = validation.engine_pool_validation().set_index(["id", "quantity"])
+    # el10 (vllm#21348, Qwen3-235B-A22B-FP8, 4×H100, --mem-fraction-static 0.93): the cell
+    # (4 KV heads / 4 · 256 · 94 layers · 2 B = 48,128 B) turns the logged 16.46 GiB into
+    # 367,224 tokens against 367,404 logged (−0.05 %: the log rounds to 0.01 GiB) …
+    layout = v.loc[("el10", "KV tokens from logged KV memory")]
+    assert abs(layout["error"]) < 0.001
+    # … and the whole pool, 0.93 · 79.22 − 55.11 GiB of computed fp8 weights = 18.57 GiB, is
+    # 12.8 % above the logged 16.46 GiB: 2.1 GiB that SGLang's F (free memory before the weights)
+    # lacks against the CUDA total kvlib uses (CUDA context, NCCL buffers of TP 4), or weights
+    # the fp8 count misses — the log shows neither
+    full = v.loc[("el10", "KV tokens")]
+    assert 0.12 < full["error"] < 0.135
+    errors = validation.engine_pool_validation().dropna(subset=["error"]).groupby(
+        ["engine", "check"])["error"].agg(["count", "median"])
+    print("\nkvlib's pool against the logs, per engine:\n", errors)
+    assert ("tensorrt-llm", "full") not in errors.index  # no TensorRT-LLM log names model and GPU
+
+
+def test_el37_running_requests_and_el38_failure():
+    logs = validation.engine_logs()
+    # el37 (sglang#4161): max_total_num_tokens 201,681, context_len 163,840:
+    # ⌊201,681 / 163,840 · 512⌋ = 630 → 2,048; min(2,048, 100,840) = 2,048; the log prints 2,049
+    el37 = logs.loc["el37"]
+    got = sglang.default_max_running_requests(int(el37["kv_cache_tokens"]),
+                                              int(el37["max_model_len"]))
+    assert got == 2048 and int(el37["max_num_seqs"]) - got == 1
+    # el38 (InferenceX#2128): F = avail 12.25 + weights 125.65 = 137.90 GiB before loading;
+    # at 0.88: 137.90 − 125.65 − 137.90 · 0.12 = −4.30 GiB → the engine refuses to start, and the
+    # least fraction is 125.65 / 137.90 = 0.91117, the engine's own "0.9113" to 2e-4
+    el38 = logs.loc["el38"]
+    avail = float(re.search(r"avail mem=([\d.]+) GB", el38["log_excerpt"]).group(1))
+    weights = round(float(el38["model_weights_gib"]) * GIB)
+    free = round(avail * GIB) + weights
+    rest = sglang.rest_memory_bytes(free, weights, float(el38["gpu_memory_utilization"]))
+    assert rest < 0 and math.isclose(rest / GIB, -4.298, abs_tol=0.005)
+    assert abs(sglang.min_mem_fraction_static(free, weights) - 0.9113) < 2e-4
+
+
+def test_vllm_memory_validation_leaves_other_engines_out():
+    # engine_logs.csv's SGLang / TensorRT-LLM rows (el10 now names model and GPU) stay out of
+    # vLLM's check, so no published vLLM error changes
+    logs = validation.engine_logs()
+    others = logs.index[logs["engine"].isin(["sglang", "tensorrt-llm"])]
+    assert not validation.memory_validation()["id"].isin(others).any()
+
+
+def test_frames_are_plain():
+    t = pools.engine_comparison("llama-3.1-8b", "h100-sxm", context_tokens=8192)
+    assert isinstance(t, pd.DataFrame) and t.index.tolist() == [0, 1, 2]
