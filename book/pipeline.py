@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import numbers
 import os
 import sys
 import tempfile
@@ -42,7 +43,8 @@ class ChapterError(Exception):
 
 
 class UnknownParameterError(ValueError):
-    """An override names no variable of the chapter's parameters cell."""
+    """An override names no variable of the chapter's parameters cell, or gives one a value of
+    another kind than its default."""
 
 
 def chapter_sources() -> list[Path]:
@@ -50,28 +52,85 @@ def chapter_sources() -> list[Path]:
     return sorted(SOURCES.glob("*.md"))
 
 
-def chapter_parameters(source: Path) -> list[str]:
-    """The names the chapter's ``parameters`` cell assigns, in order."""
+def chapter_defaults(source: Path) -> dict[str, Any]:
+    """Each name the chapter's ``parameters`` cell assigns, in order, with its default (the
+    literal it is assigned; ``...`` where the value is not a literal)."""
     import jupytext
 
     cells = [c for c in jupytext.read(source).cells
              if "parameters" in c.metadata.get("tags", [])]
-    names: list[str] = []
+    defaults: dict[str, Any] = {}
     for cell in cells:
         for node in ast.parse(cell.source).body:
             targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-            names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return names
+            value = getattr(node, "value", None)
+            try:
+                default = ast.literal_eval(value) if value is not None else ...
+            except ValueError:
+                default = ...
+            defaults.update({t.id: default for t in targets if isinstance(t, ast.Name)})
+    return defaults
+
+
+def chapter_parameters(source: Path) -> list[str]:
+    """The names the chapter's ``parameters`` cell assigns, in order."""
+    return list(chapter_defaults(source))
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of a parameter value an override must share with the default: ``number``
+    (int or float, numpy's too; not bool), ``integer`` for an int default, ``bool``, ``text``,
+    ``list`` (list or tuple), ``dict``; None for anything else (not checked)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, numbers.Integral):
+        return "integer"
+    if isinstance(value, numbers.Real):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "dict"
+    return None
+
+
+def _fits(default: Any, value: Any) -> bool:
+    want, got = _kind(default), _kind(value)
+    if want is None or default is None:
+        return True
+    if want == "number":  # a float parameter takes an int: 3 for 3.0
+        return got in ("number", "integer")
+    if want == "list" and got == "list" and default and value:
+        return all(_fits(default[0], v) for v in value)  # elements like the default's first
+    return want == got
 
 
 def check_parameters(source: Path, parameters: dict[str, Any]) -> None:
-    """UnknownParameterError (one line, naming the chapter's parameters) for a misspelled name."""
-    known = chapter_parameters(source)
-    unknown = [name for name in parameters if name not in known]
+    """UnknownParameterError (one line, naming the chapter's parameters) for a misspelled name
+    or a value of another kind than the parameter's default (a text for a number, a number for
+    a list, ...), naming the parameter, its default and the value."""
+    defaults = chapter_defaults(source)
+    unknown = [name for name in parameters if name not in defaults]
     if unknown:
         raise UnknownParameterError(
             f"{source.stem} has no parameter {', '.join(map(repr, unknown))}; "
-            f"its parameters: {', '.join(known)}")
+            f"its parameters: {', '.join(defaults)}")
+    for name, value in parameters.items():
+        if not _fits(defaults[name], value):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise UnknownParameterError(
+                f"{source.stem}: parameter {name!r} takes {_phrase(defaults[name])} like its "
+                f"default {defaults[name]!r}, got {type(value).__name__} {shown}")
+
+
+def _phrase(default: Any) -> str:
+    kind = _kind(default)
+    if kind == "list" and default and _kind(default[0]) in ("integer", "number", "text"):
+        return f"a list of {_phrase(default[0]).split(' ', 1)[1]}s"
+    return {"integer": "an integer", "number": "a number", "bool": "True or False",
+            "text": "a text", "list": "a list", "dict": "a dict"}.get(kind or "", "a value")
 
 
 def strip_volatile(nb: Any) -> Any:

@@ -149,8 +149,9 @@ class Deployment:
                                     else float(self.gpu_memory_utilization)),
             max_num_seqs=(default_max_num_seqs(g) if self.max_num_seqs is None
                           else self.max_num_seqs),
-            max_num_batched_tokens=self.max_num_batched_tokens or BOOK_MAX_NUM_BATCHED_TOKENS,
-            block_size=self.block_size or DEFAULT_BLOCK_SIZE)
+            max_num_batched_tokens=(BOOK_MAX_NUM_BATCHED_TOKENS if self.max_num_batched_tokens
+                                    is None else self.max_num_batched_tokens),
+            block_size=DEFAULT_BLOCK_SIZE if self.block_size is None else self.block_size)
 
     def with_(self, **changes: Any) -> Deployment:
         """A copy with ``changes`` (field names), the model kept as it was given."""

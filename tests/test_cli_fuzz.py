@@ -1,13 +1,14 @@
 """The ``kvlib`` command driven in-process with arbitrary argument values (hypothesis).
 
-Whatever the arguments, the command answers (exit 0, output on stdout, nothing on stderr) or
-refuses (exit 2, exactly one line on stderr, nothing on stdout), within a time bound — never a
-traceback, a hang or a second status.
+Whatever the arguments, the command answers (exit 0, output on stdout, nothing on stderr, no
+NaN, no negative size, speed or price in its JSON) or refuses (exit 2, exactly one line on
+stderr, nothing on stdout), within a time bound — never a traceback, a hang or a second status.
 """
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import time
 
 from hypothesis import HealthCheck, given, settings
@@ -56,14 +57,39 @@ _ARGV = st.one_of(
     st.tuples(st.just(["fit"]), st.tuples(_MODELS, _GPUS).map(list),
               _options({"--util": _NUMBERS, "--context": _NUMBERS, "--tp": _NUMBERS,
                         "--weight-dtype": _DTYPES, "--kv-dtype": _DTYPES, "--json": None,
-                        "--allow-long-context": None})),
+                        "--allow-long-context": None, "--output-tokens": _NUMBERS,
+                        "--max-num-seqs": _NUMBERS, "--max-num-batched-tokens": _NUMBERS})),
     st.tuples(st.just(["cost"]), st.just([]),
-              _options({"--price": _NUMBERS, "--tps": _NUMBERS, "--json": None})),
+              _options({"--price": _NUMBERS, "--tps": _NUMBERS, "--json": None,
+                        "--context": _NUMBERS, "--tp": _NUMBERS})),
+    # a model on a GPU: the serving pipeline, its error band and both prices
+    st.tuples(st.just(["cost"]), st.tuples(_MODELS, _GPUS).map(list),
+              _options({"--price": _NUMBERS, "--util": _NUMBERS, "--context": _NUMBERS,
+                        "--output-tokens": _NUMBERS, "--tp": _NUMBERS, "--kv-dtype": _DTYPES,
+                        "--weight-dtype": _DTYPES, "--json": None})).map(
+        lambda parts: (parts[0], parts[1], ["--price", "2.9", *parts[2]])),
     st.tuples(st.just(["recheck"]), st.lists(_CLAIMS, min_size=1, max_size=2),
               st.sampled_from([[], ["--json"]])),
     st.tuples(st.just(["models"]), st.just([]), _options({"--dtype": _DTYPES, "--json": None})),
     st.tuples(st.just([]), st.just([]), st.lists(_VALUES, max_size=3)),
 ).map(lambda parts: [*parts[0], *parts[1], *parts[2]])
+
+
+#: JSON keys that hold a size, a speed or a price: never negative (``available_kv_bytes``, what
+#: the weights leave, may be: it says why a model does not fit).
+_NON_NEGATIVE = ("bytes", "tokens", "per_s", "dollars", "batch", "concurrency", "_range")
+
+
+def _no_negative(data: object, argv: list[str], key: str = "") -> None:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            _no_negative(v, argv, k)
+    elif isinstance(data, list):
+        for v in data:
+            _no_negative(v, argv, key)
+    elif isinstance(data, (int, float)) and not isinstance(data, bool) and key != "available_kv_bytes" \
+            and key not in ("low", "high") and any(part in key for part in _NON_NEGATIVE):
+        assert data >= 0, (argv, key, data)
 
 
 def run(argv: list[str]) -> tuple[int, str, str, float]:
@@ -82,6 +108,9 @@ def test_any_arguments_answer_or_one_line_error(argv):
     assert elapsed < TIME_BOUND_S, f"kvlib {argv} took {elapsed:.1f} s"
     if status == 0:
         assert out.strip() and not err, (argv, err)
+        assert "nan" not in out.lower().replace(",", " ").split(), (argv, out)  # never printed
+        if "--json" in argv and out.lstrip()[:1] in "[{":  # not --help or --version
+            _no_negative(json.loads(out), argv)
     else:
         assert status == 2, (argv, status, err)
         assert not out and len(err.splitlines()) == 1 and err.startswith("kvlib: error: "), \

@@ -13,6 +13,7 @@ checked), so new columns can be added at the end of a file.
 from __future__ import annotations
 
 import csv
+import datetime
 import difflib
 import json
 import math
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 _PACKAGE_DATA = Path(__file__).resolve().parents[2] / "data"
 #: A registry or table key: letters, digits, dots, dashes and underscores, not a path.
@@ -82,16 +84,52 @@ def _date(value: str) -> str | None:
     if not m:
         return f"{value!r} is not a date (YYYY, YYYY-MM or YYYY-MM-DD)"
     year, month, day = (int(g) if g else None for g in m.groups())
-    if not 1990 <= year <= 2100 or (month and not 1 <= month <= 12) or (day and not 1 <= day <= 31):
+    if not 1990 <= year <= 2100 or (month is not None and not 1 <= month <= 12):
         return f"{value!r} is not a real date"
+    if day is not None:
+        try:
+            datetime.date(year, month or 1, day)
+        except ValueError:  # 2026-02-30, 2025-02-29, day 00
+            return f"{value!r} is not a real date"
     return None
+
+
+#: Deepest nesting of arrays and objects kvlib reads from a JSON file or cell (the deepest in
+#: the book's data, a config's ``rope_scaling`` inside ``text_config``, is 3).
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def json_depth(text: str) -> int:
+    """How deeply arrays and objects nest in the JSON ``text`` (brackets inside strings do not
+    count), without parsing it: linear in its length, no recursion."""
+    depth = deepest = 0
+    for bracket in re.findall(r"[\[\]{}]", _JSON_STRING.sub('""', text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def load_json(text: str, what: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The JSON ``text`` parsed; a ValueError of one line naming ``what`` when it is not JSON
+    or nests deeper than ``max_depth`` (which would otherwise end in a RecursionError)."""
+    if (depth := json_depth(text)) > max_depth:
+        raise ValueError(f"{what} nests arrays and objects {depth} deep; kvlib reads at most "
+                         f"{max_depth}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                         f"{exc.colno})") from None
+    except RecursionError:  # a bracket count the scan above missed: still one line
+        raise ValueError(f"{what} nests too deeply to read") from None
 
 
 def _json(value: str) -> str | None:
     try:
-        json.loads(value)
-    except json.JSONDecodeError as exc:
-        return f"is not valid JSON ({exc.msg})"
+        load_json(value, "the cell")
+    except ValueError as exc:
+        return str(exc).removeprefix("the cell ")
     return None
 
 
@@ -154,6 +192,29 @@ def _runs(value: str) -> str | None:
 TEXT, SLUG_CELL, URL, DATE, JSON = _text, _slug, _url, _date, _json
 
 
+def band_problem(low: float, high: float) -> str | None:
+    """Why relative errors ``low``/``high`` cannot bound a speed or a price (None when they can):
+    a speed ``r·(1 + low)`` must stay above 0 and a cost ``c ÷ (1 + low)`` finite, so
+    ``low > −1``; and ``high >= low``."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return f"low {low} and high {high} must be finite"
+    if low <= -1:
+        return (f"low {low:g} must be above -1: the speed r·(1 + low) would be 0 or negative "
+                "and the price infinite or negative")
+    if high < low:
+        return f"high {high:g} is below low {low:g}"
+    return None
+
+
+def _band_row(row: Mapping[str, str]) -> str | None:
+    """An error-band row's ``low`` and ``high`` bound a positive speed (``band_problem``)."""
+    try:
+        low, high = float(row.get("low") or ""), float(row.get("high") or "")
+    except ValueError:  # the cell checks report it
+        return None
+    return band_problem(low, high)
+
+
 @dataclass(frozen=True)
 class Schema:
     """What every row of one CSV must hold.
@@ -162,7 +223,7 @@ class Schema:
     when the cell is not blank; unique: columns whose values may not repeat; source: the row
     must name its source in at least one of these columns (an http(s) URL, or for a
     free-text column any text); paired: (value column, source column) — a filled value needs
-    its source.
+    its source; rows: checks of a whole row (cells that must agree), run when its cells pass.
     """
 
     required: Mapping[str, Check] = field(default_factory=dict)
@@ -170,6 +231,7 @@ class Schema:
     unique: tuple[str, ...] = ()
     source: tuple[str, ...] = ()
     paired: tuple[tuple[str, str], ...] = ()
+    rows: tuple[Callable[[Mapping[str, str]], "str | None"], ...] = ()
 
     def problems(self, header: list[str], rows: list[tuple[int, dict[str, str]]]) -> Iterable[str]:
         """Every problem of ``rows`` ((line in the file, row) pairs), as text."""
@@ -201,6 +263,9 @@ class Schema:
             for value_col, source_col in self.paired:
                 if (row.get(value_col) or "").strip() and not (row.get(source_col) or "").strip():
                     yield f"line {line}: {value_col} is filled but {source_col} is empty"
+            for check_row in self.rows:
+                if err := check_row(row):
+                    yield f"line {line}: {err}"
 
 
 _COUNT, _POSITIVE_COUNT, _POSITIVE = integer(0), integer(1), number(positive=True)
@@ -310,7 +375,7 @@ SCHEMAS: dict[str, Schema] = {
     "speed_error_bands.csv": Schema(
         required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,
                   "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
-        optional={"batch_range": TEXT}),
+        optional={"batch_range": TEXT}, rows=(_band_row,)),
     "serving_benchmarks.csv": Schema(
         required={"id": SLUG_CELL, "source_url": URL, "accessed": DATE,
                   "engine": choice("vllm", "sglang", "tensorrt-llm", "other"),

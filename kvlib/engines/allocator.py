@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.checks import integer, positive_integer
-from .workloads import as_requests, poisson_arrivals
+from .workloads import MAX_ARRIVAL_STEP, as_requests, poisson_arrivals
 
 POLICIES = ("reserve_max", "reserve_pow2", "reserve_oracle", "paged")
 ALLOCATORS = ("first_fit", "buddy")  # placement of contiguous reservations
@@ -70,10 +70,8 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1 token, got {block_size}")
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        block_size = positive_integer("block_size", block_size)
+        num_blocks = positive_integer("num_blocks", num_blocks)
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free_list: list[int] = list(range(num_blocks - 1, -1, -1))  # pop() hands out block 0 first
@@ -102,8 +100,7 @@ class BlockAllocator:
         """Give new request ``req`` the blocks for its first ``n_tokens`` tokens (its prefill)."""
         if req in self.block_tables:
             raise ValueError(f"request {req} already holds blocks")
-        if n_tokens < 1:
-            raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+        n_tokens = positive_integer("n_tokens", n_tokens)
         need = self.blocks_for(n_tokens)
         if need > self.num_free:
             raise OutOfBlocksError(f"request {req} needs {need} blocks, {self.num_free} free")
@@ -143,8 +140,7 @@ class ContiguousAllocator:
     """
 
     def __init__(self, pool_tokens: int) -> None:
-        if pool_tokens < 1:
-            raise ValueError(f"pool_tokens must be >= 1, got {pool_tokens}")
+        pool_tokens = positive_integer("pool_tokens", pool_tokens)
         self.pool_tokens = pool_tokens
         self.hole_starts: list[int] = [0]
         self.hole_sizes: list[int] = [pool_tokens]
@@ -152,8 +148,7 @@ class ContiguousAllocator:
 
     def allocate(self, n_tokens: int) -> int | None:
         """Start of the first hole that fits ``n_tokens`` (tokens), carved out; None if none fits."""
-        if n_tokens < 1:
-            raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+        n_tokens = positive_integer("n_tokens", n_tokens)
         sizes = self.hole_sizes
         for i, size in enumerate(sizes):
             if size >= n_tokens:
@@ -201,8 +196,7 @@ class BuddyAllocator:
     """
 
     def __init__(self, pool_tokens: int) -> None:
-        if pool_tokens < 1:
-            raise ValueError(f"pool_tokens must be >= 1, got {pool_tokens}")
+        pool_tokens = positive_integer("pool_tokens", pool_tokens)
         pool_tokens = int(pool_tokens)
         self.pool_tokens = pool_tokens
         self.free_chunks: list[set[int]] = [set() for _ in range(pool_tokens.bit_length())]
@@ -228,8 +222,7 @@ class BuddyAllocator:
 
     def allocate(self, n_tokens: int) -> int | None:
         """Start of a chunk for ``n_tokens`` tokens, split off a free chunk; None if none is large enough."""
-        if n_tokens < 1:
-            raise ValueError(f"n_tokens must be >= 1, got {n_tokens}")
+        n_tokens = positive_integer("n_tokens", n_tokens)
         want = (n_tokens - 1).bit_length()
         order = next((k for k in range(want, len(self.free_chunks)) if self.free_chunks[k]), None)
         if order is None:
@@ -387,8 +380,10 @@ def _arrivals(n: int, arrival_rate: float | None, arrival_steps: ArrayLike | Non
               seed: int) -> NDArray[np.int64]:
     if arrival_steps is not None:
         steps = np.asarray(arrival_steps)
-        if steps.shape != (n,) or steps.dtype.kind not in "iu" or (steps < 0).any():
-            raise ValueError(f"arrival_steps must be {n} integer steps >= 0")
+        if steps.shape != (n,) or steps.dtype.kind not in "iu" or (steps < 0).any() \
+                or (steps > MAX_ARRIVAL_STEP).any():
+            raise ValueError(f"arrival_steps must be {n} integer steps from 0 to "
+                             f"{MAX_ARRIVAL_STEP:,}")
         return steps.astype(np.int64)
     if arrival_rate is None:
         return np.zeros(n, dtype=np.int64)

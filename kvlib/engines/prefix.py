@@ -74,7 +74,7 @@ class BlockTrace:
     ids_cover_output: bool = False
 
     def __post_init__(self) -> None:
-        positive_integer("block_size", self.block_size)
+        object.__setattr__(self, "block_size", positive_integer("block_size", self.block_size))
         n = len(self.input_tokens)
         if n == 0:
             raise ValueError("a BlockTrace needs at least one request")

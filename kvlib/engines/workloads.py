@@ -18,6 +18,7 @@ from functools import cache, lru_cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..core.checks import integer
 from ..core.data import csv_path
 
 
@@ -208,15 +209,26 @@ def as_requests(requests: ArrayLike) -> NDArray[np.int64]:
     return out
 
 
+#: The last step an arrival may fall on (2⁴⁰ ≈ 1.1·10¹²: 35 years of 1 ms steps). Step
+#: counters stay far from int64's 9.2·10¹⁸ and exact in a float.
+MAX_ARRIVAL_STEP = 2**40
+
+
 def poisson_arrivals(n: int, rate_per_step: float, seed: int = 0) -> NDArray[np.int64]:
     """Arrival step of each of ``n`` requests from a Poisson process of ``rate_per_step`` requests/step.
 
     Exponential gaps of mean ``1 / rate_per_step`` steps, accumulated and floored to whole steps.
+    A rate so low that the arrivals pass ``MAX_ARRIVAL_STEP`` is a ValueError (the int64 step
+    counter would overflow and wrap to negative steps).
     """
     if isinstance(rate_per_step, bool) or not isinstance(rate_per_step, numbers.Real) \
             or not (math.isfinite(rate_per_step) and rate_per_step > 0):
         raise ValueError(f"arrival rate must be a finite number > 0 requests/step, got {rate_per_step!r}")
-    if n < 1:
-        raise ValueError(f"number of requests must be >= 1, got {n}")
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_step, size=n)
-    return np.floor(np.cumsum(gaps)).astype(np.int64)
+    n = integer("number of requests", n, minimum=1)
+    with np.errstate(over="ignore", divide="ignore"):
+        gaps = np.random.default_rng(seed).exponential(1.0 / float(rate_per_step), size=n)
+        steps = np.cumsum(gaps)
+    if not np.isfinite(steps[-1]) or steps[-1] > MAX_ARRIVAL_STEP:
+        raise ValueError(f"arrival rate {float(rate_per_step):g} requests/step spreads {n:,} "
+                         f"requests past step {MAX_ARRIVAL_STEP:,}, the last simulate counts")
+    return np.floor(steps).astype(np.int64)

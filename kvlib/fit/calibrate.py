@@ -45,8 +45,9 @@ from ..deployment import Deployment
 from ..engines import capacity
 
 from ..speed import roofline
+from ..core.checks import positive_integer
 from ..hardware.gpus import load_gpu
-from ..core.data import csv_path, data_dir
+from ..core.data import band_problem, csv_path, data_dir
 from ..model.formats import weight_format
 from ..model.registry import load_model
 from ..speed.roofline import BLOCK_KINDS, Efficiency
@@ -582,6 +583,11 @@ class ErrorBand:
     low: float
     high: float
 
+    def __post_init__(self) -> None:
+        problem = band_problem(self.low, self.high)
+        if problem:
+            raise ValueError(f"error band {self.scope!r}: {problem}")
+
     def speed_range(self, tokens_per_s: float) -> tuple[float, float]:
         """(low, high) of a predicted rate, in its unit."""
         return tokens_per_s * (1 + self.low), tokens_per_s * (1 + self.high)
@@ -643,8 +649,7 @@ def error_band(tp: int, batch: int) -> ErrorBand:
     """The held-out error band of ``roofline.CALIBRATED`` for ``tp`` GPUs at decode ``batch``,
     from ``data/speed_error_bands.csv`` (``error_bands``; tests/test_calibrate.py checks it is
     current). A degree outside ``BAND_TP_DEGREES`` gets the band of every held-out point."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a positive integer, got {tp!r}")
+    tp = positive_integer("tp", tp)
     return _band(tp, batch_range(batch), (data_dir() / BANDS_FILE).stat().st_mtime)
 
 

@@ -36,6 +36,7 @@ from .hf_config import transformers_config
 from .model import Model
 from .registry import model_record
 from ..core.units import elements_to_bytes
+from ..core.checks import positive_integer
 
 @dataclass(frozen=True)
 class Case:
@@ -150,8 +151,7 @@ def measure_cache(hf_model: Any, n_tokens: int) -> tuple[int, int]:
     the bytes of the memory behind the sliding layers' tensors (views count their whole base).
     """
     torch, transformers = _import_torch()
-    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens <= 0:
-        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
+    n_tokens = positive_integer("n_tokens", n_tokens)
     ids = torch.zeros((1, n_tokens), dtype=torch.long, device="meta")
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()

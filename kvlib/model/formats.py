@@ -59,15 +59,15 @@ class KVFormat:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for field_name in ("bits", "vector_scale_bits", "block_scale_bits"):
+        for field_name in ("bits", "vector_scale_bits", "block_scale_bits", "block",
+                           "mla_rope_bits"):
             value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"KV format {self.name!r}: {field_name} must be a non-negative "
-                                 f"integer, got {value!r}")
+            if value is not None:  # numpy integers too, stored as int
+                object.__setattr__(self, field_name, integer(
+                    f"KV format {self.name!r}: {field_name}", value,
+                    minimum=1 if field_name == "block" else 0))
         if self.bits == 0:
             raise ValueError(f"KV format {self.name!r}: bits must be positive")
-        if self.block is not None and (isinstance(self.block, bool) or self.block <= 0):
-            raise ValueError(f"KV format {self.name!r}: block must be a positive integer")
         if (self.vector_scale_bits + self.block_scale_bits) % 8:
             raise ValueError(f"KV format {self.name!r}: scales must be whole bytes")
 

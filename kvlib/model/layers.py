@@ -47,10 +47,10 @@ KIND_NAMES: dict[str, str] = {"full": "full", "sliding": "sliding", "chunked": "
 FormatLike = Union[str, KVFormat]
 
 
-def _check_positive(owner: str, **fields: object) -> None:
-    for name, value in fields.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+def _check_positive(layer: object, owner: str, *names: str) -> None:
+    """Each field ``names`` of ``layer`` a positive integer (numpy integers too), stored as int."""
+    for name in names:
+        object.__setattr__(layer, name, positive_integer(f"{owner}: {name}", getattr(layer, name)))
 
 
 def _check_tp(tp: int) -> int:
@@ -257,13 +257,11 @@ class AttentionLayer(_TokenCache):
     chunk: int | None = None
 
     def __post_init__(self) -> None:
-        _check_positive("attention layer", n_kv_heads=self.n_kv_heads, head_dim=self.head_dim)
-        if self.v_head_dim is not None:
-            _check_positive("attention layer", v_head_dim=self.v_head_dim)
-        if self.window is not None:
-            _check_positive("attention layer", window=self.window)
+        _check_positive(self, "attention layer", "n_kv_heads", "head_dim")
+        for name in ("v_head_dim", "window", "chunk"):
+            if getattr(self, name) is not None:
+                _check_positive(self, "attention layer", name)
         if self.chunk is not None:
-            _check_positive("attention layer", chunk=self.chunk)
             if self.window is not None:
                 raise ValueError("attention layer: a layer is windowed or chunked, not both")
 
@@ -344,7 +342,7 @@ class MLALayer(_TokenCache):
     rope_dim: int
 
     def __post_init__(self) -> None:
-        _check_positive("MLA layer", kv_lora_rank=self.kv_lora_rank, rope_dim=self.rope_dim)
+        _check_positive(self, "MLA layer", "kv_lora_rank", "rope_dim")
 
     @property
     def kind(self) -> LayerKind:
@@ -396,7 +394,7 @@ class IndexerKeyLayer(_TokenCache):
     scale_bytes: int = 4
 
     def __post_init__(self) -> None:
-        _check_positive("indexer layer", head_dim=self.head_dim, quant_block=self.quant_block)
+        _check_positive(self, "indexer layer", "head_dim", "quant_block")
 
     @property
     def kind(self) -> LayerKind:
@@ -439,8 +437,7 @@ class Mamba1Layer(_StateCache):
     conv_kernel: int
 
     def __post_init__(self) -> None:
-        _check_positive("mamba layer", d_inner=self.d_inner, state_size=self.state_size,
-                        conv_kernel=self.conv_kernel)
+        _check_positive(self, "mamba layer", "d_inner", "state_size", "conv_kernel")
 
     @property
     def kind(self) -> LayerKind:
@@ -473,9 +470,8 @@ class Mamba2Layer(_StateCache):
     conv_kernel: int
 
     def __post_init__(self) -> None:
-        _check_positive("mamba layer", n_heads=self.n_heads, head_dim=self.head_dim,
-                        state_size=self.state_size, n_groups=self.n_groups,
-                        conv_kernel=self.conv_kernel)
+        _check_positive(self, "mamba layer", "n_heads", "head_dim", "state_size", "n_groups",
+                        "conv_kernel")
 
     @property
     def kind(self) -> LayerKind:
@@ -509,9 +505,8 @@ class GatedDeltaNetLayer(_StateCache):
     conv_kernel: int
 
     def __post_init__(self) -> None:
-        _check_positive("linear-attention layer", n_k_heads=self.n_k_heads,
-                        n_v_heads=self.n_v_heads, k_head_dim=self.k_head_dim,
-                        v_head_dim=self.v_head_dim, conv_kernel=self.conv_kernel)
+        _check_positive(self, "linear-attention layer", "n_k_heads", "n_v_heads", "k_head_dim",
+                        "v_head_dim", "conv_kernel")
 
     @property
     def kind(self) -> LayerKind:

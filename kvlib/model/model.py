@@ -46,6 +46,8 @@ class Model:
     def __post_init__(self) -> None:
         if not self.layers:
             raise ValueError(f"model {self.name!r} has no layers")
+        if self.n_heads is not None:  # numpy integers too, stored as int
+            object.__setattr__(self, "n_heads", integer("n_heads", self.n_heads))
         for dtype in (self.dtype, self.ssm_dtype):
             if dtype is not None:
                 dtype_bits(dtype)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from ..core.checks import positive_integer
 from .formats import COMPONENTS, WeightFormat, weight_bits, weight_format
 from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Mamba1, Mamba2,
                         read_config)
@@ -289,8 +290,7 @@ def weight_bytes(counts: ParamCounts,
     Sharded components are divided by ``tp``; norms, routers and small vectors are
     replicated; K/V projections are replicated when ``tp`` exceeds the KV heads.
     """
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
-        raise ValueError(f"tp (tensor-parallel degree) must be a positive integer, got {tp!r}")
+    tp = positive_integer("tp (tensor-parallel degree)", tp)
     bits_of = weight_format(weight_dtype).bits
     total_bits = 0.0
     replicated = {"norms", "router", "small", "position_embedding"}

@@ -1,7 +1,6 @@
 """The model registry: real ``config.json`` files in ``data/models``, each with its source."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -9,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.data import data_dir, resolve_slug
+from ..core.data import data_dir, load_json, resolve_slug
 from .model import Model
 from .formats import Checkpoint
 from ..core.units import KIB
@@ -25,9 +24,8 @@ def _record(path: Path, mtime: float) -> dict[str, Any]:
     """The record in ``path``, checked: a JSON object with a ``config`` object and a ``source``
     object holding a ``url`` (ValueError naming the file otherwise)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        record = load_json(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(record, dict):
         raise ValueError(f"{path} holds a JSON {type(record).__name__}, not a registry record "

@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.checks import number
 from ..fit import calibrate
 from ..engines.capacity import derived_max_model_len
 from ..serve.cost import cost_per_million_tokens
@@ -393,9 +394,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
     end, the ranking), output_cost (at the model's figure), dollars_per_gpu_hour; a prompt
     length nothing serves that fast has n_gpus 0.
     """
-    if isinstance(speed_floor, bool) or not isinstance(speed_floor, (int, float)) \
-            or not speed_floor > 0:
-        raise ValueError(f"speed_floor must be positive tokens/s, got {speed_floor!r}")
+    speed_floor = number("speed_floor (tokens/s)", speed_floor, positive=True)
     offers = market_prices()
     offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
     prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -57,6 +58,7 @@ def _is_file(path: Path) -> bool:
 
 def _load(model: str):
     """A registry slug, or a path to a config.json (plain, or a registry record)."""
+    from ..core.data import load_json
     from ..model.model import Model
     from ..model.registry import load_model
 
@@ -65,11 +67,9 @@ def _load(model: str):
         if not _is_file(path):
             raise ValueError(f"no such config file: {model}")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = load_json(path.read_text(encoding="utf-8"), model)
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read {model}: {exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{model} is not valid JSON: {exc}") from None
         config = data.get("config", data) if isinstance(data, dict) else data
         return Model.from_hf_config(config, name=path.stem)
     return load_model(model)
@@ -127,6 +127,23 @@ def _deployment(args: argparse.Namespace):
                       allow_long_max_model_len=getattr(args, "allow_long_context", False))
 
 
+#: Flags of ``fit`` and ``cost`` that describe a deployment, their attribute and default.
+#: They are parsed as None, so a flag ``cost --tps`` cannot use is refused, not dropped.
+_MODEL_FLAGS = {"--util": "util", "--context": "context", "--output-tokens": "output_tokens",
+                "--tp": "tp", "--weight-dtype": "weight_dtype", "--kv-dtype": "kv_dtype",
+                "--max-num-seqs": "max_num_seqs",
+                "--max-num-batched-tokens": "max_num_batched_tokens"}
+_DEFAULTS = {"util": 0.9, "context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
+
+
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with the defaults of the deployment flags the user did not give."""
+    for dest, default in _DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    return args
+
+
 def _launch(deployment: Any, fits: bool = True) -> tuple[str | None, list[str]]:
     """The command that starts the engine as ``deployment`` describes it
     (``kvlib.launch_command``) and its notes; None and the reason where there is none (the
@@ -151,7 +168,7 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..engines.capacity import kv_pool
     from ..core.units import GIB
 
-    d = _deployment(args)
+    d = _deployment(_with_defaults(args))
     m, context = d.model, d.max_model_len
     pool = kv_pool(d)
     conc = pool.max_concurrency(context)
@@ -186,7 +203,13 @@ def _serving(deployment: Any, args: argparse.Namespace):
     """The serving pipeline for the command's deployment and request lengths."""
     from ..serve.serving import serving_point
 
-    output = args.output_tokens or min(1024, args.context // 2)
+    if args.output_tokens is None:  # the default; an explicit 0 is refused below, not replaced
+        output = min(1024, args.context // 2)
+        if output < 1:
+            raise ValueError(f"--context {args.context} leaves no room for a prompt and an "
+                             "output token: give --context 2 or more")
+    else:
+        output = args.output_tokens
     if not 0 < output < args.context:
         raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
     return serving_point(deployment, input_tokens=args.context - output, output_tokens=output)
@@ -226,7 +249,13 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.model is not None:
         if args.gpu is None:
             raise _UsageError("the following arguments are required: gpu")
-        return _cost_of(args)
+        return _cost_of(_with_defaults(args))
+    given = [flag for flag, dest in _MODEL_FLAGS.items() if getattr(args, dest) is not None]
+    if args.allow_long_context:
+        given.append("--allow-long-context")
+    if given:
+        raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
+                          "only with a model and a GPU, not with --tps")
     dollars = cost_per_million_tokens(args.price, args.tps)
     data = {"dollars_per_hour": args.price, "tokens_per_second": args.tps,
             "dollars_per_million_tokens": dollars}
@@ -313,11 +342,21 @@ def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
         if claim_id not in known:
             raise KeyError(f"unknown claim {claim_id!r} (see data/claims/)")
         v = recheck.recheck(claim_id)
-        rows.append({"id": claim_id, "claimed": v.claimed, "recomputed": v.recomputed,
-                     "unit": v.unit, "verdict": v.verdict, "reason": v.reason})
-    text = "\n".join(f"{r['id']:<5} {r['verdict']:<10} claimed {r['claimed']:g} {r['unit']}, "
-                     f"recomputed {r['recomputed']:,.4g} — {r['reason']}" for r in rows)
+        rows.append({"id": claim_id, "claimed": _finite(v.claimed),
+                     "recomputed": _finite(v.recomputed), "unit": v.unit, "verdict": v.verdict,
+                     "reason": v.reason})
+    text = "\n".join(f"{r['id']:<5} {r['verdict']:<10} claimed "
+                     f"{'?' if r['claimed'] is None else format(r['claimed'], 'g')} {r['unit']}, "
+                     + ("not recomputed" if r["recomputed"] is None
+                        else f"recomputed {r['recomputed']:,.4g}") + f" — {r['reason']}"
+                     for r in rows)
     return rows, text
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None (JSON ``null``) where there is no number: an unverifiable claim has no
+    recomputed value, and its reason says why."""
+    return float(value) if math.isfinite(value) else None
 
 
 def _models(args: argparse.Namespace) -> tuple[Any, str]:
@@ -332,11 +371,11 @@ def _models(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _deployment_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``fit`` and ``cost`` that set the deployment beside GPU, model and context."""
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
-    p.add_argument("--weight-dtype", default="bf16",
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--weight-dtype", default=None,
                    help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
                         "as experts=mxfp4 (default bf16)")
-    p.add_argument("--kv-dtype", default="bf16", help="KV dtype (default bf16)")
+    p.add_argument("--kv-dtype", default=None, help="KV dtype (default bf16)")
     p.add_argument("--max-num-seqs", type=int, default=None,
                    help="most requests decoded together, vLLM's --max-num-seqs (default: vLLM's "
                         "for the GPU)")
@@ -366,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fit", _fit, "the KV pool an engine leaves and how many requests fit")
     p.add_argument("model", help="registry slug or path to a config.json")
     p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
-    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
-    p.add_argument("--context", type=int, default=8192,
+    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=None,
                    help="tokens per request, vLLM's --max-model-len (default 8192)")
     p.add_argument("--allow-long-context", action="store_true",
                    help="accept a context past the model's maximum, as vLLM does with "
@@ -382,8 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--price", type=float, required=True,
                    help="dollars per hour (with a model: per GPU-hour)")
     p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
-    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
-    p.add_argument("--context", type=int, default=8192, help="tokens per request (default 8192)")
+    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=None, help="tokens per request (default 8192)")
+    p.add_argument("--allow-long-context", action="store_true",
+                   help="accept a context past the model's maximum (with a model, as for fit)")
     p.add_argument("--output-tokens", type=int, default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
     _deployment_flags(p)

@@ -34,7 +34,9 @@ from __future__ import annotations
 import ast
 import json
 import math
+import numbers
 import operator
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -43,7 +45,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.checks import number
+from ..core.checks import integer, number
+from ..core.data import load_json
 from ..serve.cost import cost_per_million_tokens
 from ..model.registry import data_dir, load_model
 from .tables import Table, number_text, table
@@ -83,9 +86,18 @@ def _kv_bytes(model: str, tokens: int, dtype: str = "bf16", requests: int = 1, t
     return requests * load_model(model).kv_bytes(tokens, dtype, tp=tp)
 
 
+def _divisor_kv(model: str, dtype: str = "bf16") -> int:
+    """``model``'s per-token KV bytes, to divide by: ValueError when it caches nothing per token."""
+    per_token = _kv_per_token(model, dtype)
+    if per_token == 0:
+        raise ValueError(f"{model} caches nothing per token (only a constant state): "
+                         "no per-token ratio")
+    return per_token
+
+
 def _kv_ratio(model: str, baseline: str, dtype: str = "bf16") -> float:
     """How many times more per-token KV ``baseline`` stores than ``model``."""
-    return _kv_per_token(baseline, dtype) / _kv_per_token(model, dtype)
+    return _kv_per_token(baseline, dtype) / _divisor_kv(model, dtype)
 
 
 def _kv_formula(n_layers: int, n_kv_heads: int, head_dim: int, dtype: str = "bf16",
@@ -93,24 +105,22 @@ def _kv_formula(n_layers: int, n_kv_heads: int, head_dim: int, dtype: str = "bf1
     """2·L·K·H·b bytes per token × tokens × requests, for a model outside the registry."""
     for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
                         ("tokens", tokens), ("requests", requests)):
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+        number(name, value, positive=True)
     return 2 * n_layers * n_kv_heads * head_dim * dtype_bytes(dtype) * tokens * requests
 
 
 def _kv_saving(model: str, baseline: str, dtype: str = "bf16", baseline_dtype: str = "bf16") -> float:
     """Fraction of ``baseline``'s per-token KV that ``model`` (in ``dtype``) no longer stores."""
-    return 1 - _kv_per_token(model, dtype) / _kv_per_token(baseline, baseline_dtype)
+    return 1 - _kv_per_token(model, dtype) / _divisor_kv(baseline, baseline_dtype)
 
 
 def _weight_bytes(n_params: float, dtype: str = "bf16") -> float:
     """Bytes of ``n_params`` weights stored in ``dtype`` (no scales, no padding)."""
-    if n_params <= 0:
-        raise ValueError(f"n_params must be positive, got {n_params}")
-    return n_params * dtype_bytes(dtype)
+    return number("n_params", n_params, positive=True) * dtype_bytes(dtype)
 
 
 def _ratio(numerator: float, denominator: float) -> float:
+    numerator, denominator = number("numerator", numerator), number("denominator", denominator)
     if denominator == 0:
         raise ValueError("denominator is zero")
     return numerator / denominator
@@ -151,16 +161,80 @@ _OPERATORS: dict[type, Callable[..., float]] = {
 #: Names every ``arithmetic`` expression may use (inputs of the same name take precedence).
 ARITHMETIC_CONSTANTS = {**BYTE_UNITS, "hours": 3600.0, "days": 86400.0}
 
+#: Bounds of one ``arithmetic`` formula: characters, nodes and nesting of its syntax tree, calls
+#: of other computations, the magnitude of every number in it (literal, input or intermediate
+#: result; the book's largest is ~10¹⁵ FLOP/s) and seconds of evaluation (checked between
+#: steps: a computation it calls is bounded by its own argument checks).
+FORMULA_LIMITS = {"chars": 1_000, "nodes": 200, "depth": 24, "calls": 8,
+                  "magnitude": 1e100, "seconds": 10.0}
+
+
+def _formula_error(expr: object, problem: str) -> ValueError:
+    shown = str(expr) if len(str(expr)) <= 80 else str(expr)[:77] + "..."
+    return ValueError(" ".join(f"formula {shown!r}: {problem}".split()))
+
+
+def _depth(node: ast.AST) -> int:
+    """Nesting of ``node``'s syntax tree, iteratively (no recursion on a deep tree)."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, level = stack.pop()
+        deepest = max(deepest, level)
+        stack.extend((child, level + 1) for child in ast.iter_child_nodes(current))
+    return deepest
+
+
+def _bounded(value: Any, what: str) -> Any:
+    """``value`` if it is a real number within ``FORMULA_LIMITS['magnitude']`` (or a string)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} is {type(value).__name__} {value!r}, not a real number")
+    limit = FORMULA_LIMITS["magnitude"]
+    if isinstance(value, numbers.Integral):
+        if abs(int(value)) > limit:  # an int compares with the float bound exactly
+            raise ValueError(f"{what} exceeds {limit:g} in magnitude")
+        return value
+    if not math.isfinite(value) or abs(value) > limit:
+        raise ValueError(f"{what} exceeds {limit:g} in magnitude")
+    return value
+
+
+def _power(base: float, exponent: float) -> float:
+    """``base ** exponent`` after checking that the result stays within the magnitude bound."""
+    if base < 0 and not float(exponent).is_integer():
+        raise ValueError(f"{base!r} ** {exponent!r} is not a real number")
+    if base == 0 and exponent < 0:
+        raise ZeroDivisionError
+    if base != 0 and exponent * math.log10(abs(base)) > math.log10(FORMULA_LIMITS["magnitude"]):
+        raise ValueError(f"{base!r} ** {exponent!r} exceeds {FORMULA_LIMITS['magnitude']:g} "
+                         "in magnitude")
+    return base ** exponent
+
 
 def _arithmetic(expr: str, **names: Any) -> float:
     """Evaluate ``expr``: numbers, + − × ÷ // **, parentheses, the other inputs and the unit
     constants (``GiB``, ``GB``, ...) by name, and calls of the other computations with literal
     arguments, e.g. ``"kv_bytes('llama-3-70b', 131072) / (80 * GiB)"``.
 
-    For claims that are arithmetic on published figures; anything else raises ValueError.
+    For claims that are arithmetic on published figures, within ``FORMULA_LIMITS``; anything
+    else raises a one-line ValueError naming the formula.
     """
     scope = {**ARITHMETIC_CONSTANTS, **names}
     functions = {k: f for k, f in COMPUTATIONS.items() if k != "arithmetic"}
+    text = str(expr)
+    if len(text) > FORMULA_LIMITS["chars"]:
+        raise _formula_error(text, f"longer than {FORMULA_LIMITS['chars']:,} characters")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise _formula_error(text, "does not parse") from None
+    if sum(1 for _ in ast.walk(tree)) > FORMULA_LIMITS["nodes"]:
+        raise _formula_error(text, f"has more than {FORMULA_LIMITS['nodes']} terms")
+    if _depth(tree) > FORMULA_LIMITS["depth"]:
+        raise _formula_error(text, f"nests deeper than {FORMULA_LIMITS['depth']} levels")
+    deadline = time.monotonic() + FORMULA_LIMITS["seconds"]
+    calls = 0
 
     def arg(node: ast.AST) -> Any:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -168,38 +242,53 @@ def _arithmetic(expr: str, **names: Any) -> float:
         return ev(node)
 
     def ev(node: ast.AST) -> Any:
+        nonlocal calls
+        if time.monotonic() > deadline:
+            raise ValueError(f"took more than {FORMULA_LIMITS['seconds']:g} s")
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
                 and not isinstance(node.value, bool):
-            return node.value
+            shown = f"{node.value:.6g}" if abs(node.value) >= 1e16 else repr(node.value)
+            return _bounded(node.value, f"the number {shown}")
         if isinstance(node, ast.Name):
             if node.id not in scope:
-                raise ValueError(f"expression names {node.id!r}, which is not an input")
-            return scope[node.id]
+                raise ValueError(f"names {node.id!r}, which is not an input")
+            return _bounded(scope[node.id], f"input {node.id!r}")
         if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](ev(node.left), ev(node.right))
+            left, right = ev(node.left), ev(node.right)
+            op = _power if isinstance(node.op, ast.Pow) else _OPERATORS[type(node.op)]
+            return _bounded(op(left, right), "an intermediate result")
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
             return _OPERATORS[type(node.op)](ev(node.operand))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id not in functions:
-                raise ValueError(f"expression calls {node.func.id!r}, which is not a computation")
+                raise ValueError(f"calls {node.func.id!r}, which is not a computation")
+            if any(k.arg is None for k in node.keywords) or any(
+                    isinstance(a, ast.Starred) for a in node.args):
+                raise ValueError("a call takes plain arguments, no * or **")
+            calls += 1
+            if calls > FORMULA_LIMITS["calls"]:
+                raise ValueError(f"calls more than {FORMULA_LIMITS['calls']} computations")
+            args = [arg(a) for a in node.args]
+            keywords = {k.arg: arg(k.value) for k in node.keywords}
             try:
-                return functions[node.func.id](*[arg(a) for a in node.args],
-                                               **{k.arg: arg(k.value) for k in node.keywords})
-            except TypeError as exc:
+                result = functions[node.func.id](*args, **keywords)
+            except (TypeError, ArithmeticError) as exc:
                 raise ValueError(f"{node.func.id}: {exc}") from None
-        raise ValueError(f"expression {expr!r}: only numbers, names, computations and "
-                         "+ - * / // ** allowed")
+            return _bounded(result, f"{node.func.id}(...)")
+        raise ValueError("only numbers, names, computations and + - * / // ** are allowed")
 
-    try:
-        tree = ast.parse(str(expr), mode="eval")
-    except SyntaxError:
-        raise ValueError(f"expression {expr!r} does not parse") from None
     try:
         return float(ev(tree))
     except ZeroDivisionError:
-        raise ValueError(f"expression {expr!r} divides by zero") from None
+        raise _formula_error(text, "divides by zero") from None
+    except OverflowError:
+        raise _formula_error(text, f"exceeds {FORMULA_LIMITS['magnitude']:g} in magnitude") from None
+    except KeyError as exc:
+        raise KeyError(_formula_error(text, str(exc.args[0] if exc.args else exc)).args[0]) from None
+    except ValueError as exc:
+        raise _formula_error(text, str(exc)) from None
 
 
 def _kv_bits_saving(model: str, baseline: str, bits: float, baseline_bits: float = 16) -> float:
@@ -207,6 +296,7 @@ def _kv_bits_saving(model: str, baseline: str, bits: float, baseline_bits: float
     on average and ``baseline`` ``baseline_bits`` (DeepSeek-V2's "6 bits on average")."""
     bits, baseline_bits = (number(name, value, positive=True) for name, value in
                            (("bits", bits), ("baseline_bits", baseline_bits)))
+    _divisor_kv(baseline)
     return 1 - (load_model(model).kv_elements_per_token() * bits
                 / (load_model(baseline).kv_elements_per_token() * baseline_bits))
 
@@ -245,10 +335,16 @@ def _requests_ratio(model: str, requests: int, tokens: int, other_requests: int,
     return (requests * m.kv_bytes(tokens, dtype)) / (other_requests * m.kv_bytes(other_tokens, dtype))
 
 
+#: Most requests a claim may simulate (the book's largest run is 20,000): a forked claim
+#: cannot make ``kvlib recheck`` run for hours.
+MAX_SIM_REQUESTS = 100_000
+
+
 def _sim(quantity: str, **inputs: Any) -> float:
     """One quantity of a simulated serving run (``kvlib.paging.simulated``; shares as fractions)."""
     from ..engines.paging import simulated
 
+    integer("n_requests", inputs.get("n_requests", 10_000), minimum=1, maximum=MAX_SIM_REQUESTS)
     return simulated(quantity, **inputs)
 
 
@@ -567,10 +663,7 @@ def load_claims(directory: Path | str | None = None, strict: bool = True) -> pd.
 def _json_object(text: str, column: str) -> dict[str, Any]:
     if not str(text).strip():
         return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{column} is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    value = load_json(str(text), column)
     if not isinstance(value, dict):
         raise ValueError(f"{column} must be a JSON object, got {type(value).__name__}")
     return value
@@ -581,7 +674,7 @@ def _compute(name: str, inputs: Mapping[str, Any]) -> float:
         raise KeyError(f"unknown computation {name!r}; known: {', '.join(sorted(COMPUTATIONS))}")
     try:
         return COMPUTATIONS[name](**inputs)
-    except TypeError as exc:  # a missing or unexpected input, named by Python
+    except (TypeError, ArithmeticError) as exc:  # a missing or unexpected input, an overflow
         raise ValueError(f"{name}: {exc}") from None
 
 
@@ -635,15 +728,28 @@ def _claimed_number(claimed: str) -> float:
 def recheck(claim: str | Mapping[str, Any], claims: pd.DataFrame | None = None) -> Verdict:
     """Recheck one claim: an id from ``data/claims/`` (or ``claims``) or a row with its fields.
 
-    Raises KeyError for an unknown id or computation, ValueError for bad inputs or JSON.
+    Raises KeyError for an unknown id or computation, ValueError for bad inputs, JSON or a
+    formula outside ``FORMULA_LIMITS``; one line that names the claim (``claim a12: ...``).
     """
     if isinstance(claim, str):
         table = load_claims() if claims is None else claims
         if claim not in table.index:
             raise KeyError(f"no claim {claim!r} in data/claims")
         row: Mapping[str, Any] = table.loc[claim]
+        claim_id = claim
     else:
         row = claim
+        claim_id = str(row.get("id", "") or "(no id)")
+    try:
+        return _recheck_row(row)
+    except KeyError as exc:
+        raise KeyError(f"claim {claim_id}: {exc.args[0] if exc.args else exc}") from None
+    except (ValueError, ArithmeticError) as exc:
+        raise ValueError(" ".join(f"claim {claim_id}: {exc}".split())) from None
+
+
+def _recheck_row(row: Mapping[str, Any]) -> Verdict:
+    """``recheck`` of one row; errors do not name the claim (the callers do)."""
     name = str(row["computation"]).strip()
     unit = str(row["unit"])
     expected = str(row.get("expected_verdict", "") or "").strip()
@@ -687,7 +793,7 @@ def recheck_all(claims: pd.DataFrame | None = None,
         try:
             if row["id"] in duplicated:
                 raise ValueError(f"id {row['id']!r} is used by more than one row")
-            v = recheck(row)
+            v = _recheck_row(row)
             record.update(claimed=v.claimed, recomputed=v.recomputed, verdict=v.verdict,
                           reason=v.reason, auto_verdict=v.auto_verdict, alternative=v.alternative)
         except (KeyError, ValueError, ZeroDivisionError, OverflowError) as exc:

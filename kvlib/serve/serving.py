@@ -39,6 +39,7 @@ from .cost import cost_per_million_tokens
 from ..hardware.gpus import GPU
 from ..model.model import Model
 from ..speed.roofline import ServingSteps, serving_steps
+from ..core.checks import number, positive_integer
 from ..core.units import GIB
 
 #: Tensor-parallel degrees tried, smallest first (one 8-GPU server at most).
@@ -164,10 +165,7 @@ class ServingPoint:
     def _hourly(self, dollars_per_gpu_hour: float) -> float:
         if not self.fits:
             raise DoesNotFit(self.model, self.gpu, self.max_model_len, TP_DEGREES, self.why_not())
-        if isinstance(dollars_per_gpu_hour, bool) or not isinstance(dollars_per_gpu_hour,
-                                                                   (int, float)):
-            raise ValueError(f"dollars_per_gpu_hour must be a number, got {dollars_per_gpu_hour!r}")
-        return dollars_per_gpu_hour * self.n_gpus
+        return number("dollars_per_gpu_hour", dollars_per_gpu_hour) * self.n_gpus
 
     def dollars_per_million(self, dollars_per_gpu_hour: float) -> float:
         """$ per 10⁶ output tokens when each of the ``n_gpus`` GPUs costs
@@ -192,9 +190,7 @@ class ServingPoint:
 
 
 def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return positive_integer(name, value)
 
 
 def _limit(pool: Pool) -> str:
@@ -217,9 +213,10 @@ class Engine:
 
     def __init__(self, deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,
                  tp_degrees: Sequence[int] = TP_DEGREES, **deployment_keywords: Any) -> None:
-        if not tp_degrees or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0
-                                 for d in tp_degrees):
+        if isinstance(tp_degrees, (str, bytes)) or not isinstance(tp_degrees, Sequence) \
+                or not tp_degrees:
             raise ValueError(f"tp_degrees / n_gpus must be positive integers, got {tp_degrees!r}")
+        tp_degrees = tuple(positive_integer("tp_degrees / n_gpus", d) for d in tp_degrees)
         self.deployment = as_deployment(deployment, gpu, **deployment_keywords).resolved()
         d = self.deployment
         self.model, self.slug, self.gpu = d.model, d.slug, d.gpu
@@ -265,9 +262,9 @@ class Engine:
         input_tokens = _positive("input_tokens", input_tokens)
         output_tokens = _positive("output_tokens", output_tokens)
         if n_gpus is not None:
-            _positive("n_gpus", n_gpus)
+            n_gpus = _positive("n_gpus", n_gpus)
         if batch is not None:
-            _positive("batch", batch)
+            batch = _positive("batch", batch)
         context = input_tokens + output_tokens
         if max_model_len is None:
             max_model_len = self.deployment.max_model_len
@@ -317,13 +314,14 @@ class Engine:
 
 def serving_point(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
                   input_tokens: int, output_tokens: int, n_gpus: int | None = None,
-                  batch: int | None = None, tp_degrees: Sequence[int] = TP_DEGREES,
+                  batch: int | None = None, tp_degrees: Sequence[int] | None = None,
                   max_model_len: int | None = None, **deployment_keywords: Any) -> ServingPoint:
     """The answer for a ``Deployment`` (or ``model`` on ``gpu`` with the deployment's keywords)
     with requests of ``input_tokens`` + ``output_tokens`` (see the module docstring).
 
-    n_gpus: a fixed tensor-parallel degree (None: the smallest of ``tp_degrees`` that fits; a
-    Deployment's own ``tp`` when one is given); batch: requests in flight (None: as many as the
+    n_gpus: a fixed tensor-parallel degree (None: the smallest of ``tp_degrees``, default
+    ``TP_DEGREES``, that fits; a Deployment's own ``tp`` when one is given, and then
+    ``tp_degrees`` is a ValueError: it would be ignored); batch: requests in flight (None: as many as the
     pool holds; BatchTooLarge if it does not hold them); max_model_len: the context the engine
     is started with (None: the deployment's, else input + output), which one request must fit
     and which the model must accept. A model that fits no degree comes back with ``n_gpus =
@@ -333,7 +331,12 @@ def serving_point(model: Deployment | Model | str, gpu: GPU | str | None = None,
     for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
         _positive(name, value)
     if isinstance(model, Deployment) and n_gpus is None:
+        if tp_degrees is not None:
+            raise ValueError(f"tp_degrees does not apply to a Deployment: its tp ({model.tp}) is "
+                             "the degree served; give a model and a GPU to try several degrees")
         n_gpus = model.tp
+    if tp_degrees is None:
+        tp_degrees = TP_DEGREES
     degrees = tp_degrees if n_gpus is None else (_positive("n_gpus", n_gpus),)
     return Engine(model, gpu, tp_degrees=degrees, **deployment_keywords).point(
         input_tokens, output_tokens, n_gpus=n_gpus, max_model_len=max_model_len, batch=batch)

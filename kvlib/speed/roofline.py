@@ -536,7 +536,11 @@ class StepTimer:
         return self._fixed[tokens]
 
     def step(self, batch: Any) -> Step:
-        pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+        try:
+            pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError("batch must be pairs (tokens scheduled this step, tokens already "
+                             f"computed) of integers, got {batch!r}"[:200]) from None
         if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
             raise ValueError("a step schedules at least one token for each request, "
                              "none negative")
