@@ -14,6 +14,7 @@ import kvlib
 
 from kvlib.model import checkpoints
 from kvlib.report import answer, calculator, cli
+from kvlib.fit import calibrate
 from kvlib.fit.calibrate import error_band
 from kvlib.serve.prefix_cost import input_cost_per_million
 from kvlib.serve.serving import Engine, serving_point
@@ -176,11 +177,11 @@ def test_band_side_and_the_measured_batch_limit():
     assert answer.band_side(0.05, 0.2) == "pessimistic"
     assert answer.band_side(-0.3874, 0.1361) == ""
     # batch 129–512 has held-out points of its own; 513–4096 falls back to "TP 1, every batch"
-    assert answer.banded_batch_limit() == 512
+    assert calibrate.banded_batch_limit() == 512
     assert error_band(1, 1024).low > error_band(1, 512).low  # the fallback looks better …
     # … so a batch past 512 is read at the band of 512
-    assert answer.slow_end(1, 1024, 512) == 1 + error_band(1, 512).low
-    assert answer.slow_end(1, 51, 512) == 1 + error_band(1, 51).low
+    assert calibrate.slow_end(1, 1024, 512) == 1 + error_band(1, 512).low
+    assert calibrate.slow_end(1, 51, 512) == 1 + error_band(1, 51).low
     # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 611 requests in flight, past 512, so
     # the grid gives it the band of 512, whose 90th percentile lies below the figure
     row = answer.answer_grid(["llama-3.1-8b"], ["mi300x"], lengths=[8192],

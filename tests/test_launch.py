@@ -254,11 +254,12 @@ def test_sglang_commands_use_sglangs_flags():
         assert command.argv[:3] == ["python", "-m", "sglang.launch_server"]
         args = parser.parse_args(command.argv[3:])
         r = d.resolved()
+        pool = kvlib.kv_pool(d)  # the command starts SGLang with the values its pool was sized with
         assert (args.model_path, args.tp_size, args.mem_fraction_static, args.context_length,
                 args.max_running_requests, args.chunked_prefill_size, args.page_size) == (
-            checkpoint_repository(d.slug, d.weights), r.tp, r.gpu_memory_utilization,
-            r.max_model_len or derived_max_model_len(r.model), r.max_num_seqs,
-            r.max_num_batched_tokens, d.block_size), command.text
+            checkpoint_repository(d.slug, d.weights), r.tp, pool.mem_fraction_static,
+            r.max_model_len or derived_max_model_len(r.model), pool.max_running_requests,
+            pool.chunked_prefill_size, d.block_size), command.text
     fp8 = launch_command(Deployment("llama-3.1-8b", "h100-sxm", kv="fp8", engine="sglang"))
     assert "--kv-cache-dtype fp8_e4m3" in fp8.text  # SGLang has no plain "fp8"
     long = launch_command(Deployment("llama-3.1-8b", "h100-sxm", engine="sglang",
@@ -288,13 +289,14 @@ def test_tensorrt_llm_commands_use_trtllm_serves_options():
               Deployment("qwen3-8b", "l40s", engine="tensorrt-llm")):
         command = launch_command(d)
         r = d.resolved()
+        pool = kvlib.kv_pool(d)  # the values TensorRT-LLM's pool was sized with
         assert command.argv[0] == "trtllm-serve"
         args = parser.parse_args(command.argv[1:])
         assert (args.model, args.tensor_parallel_size, args.max_seq_len, args.max_num_tokens,
                 args.max_batch_size, args.free_gpu_memory_fraction) == (
             checkpoint_repository(d.slug, d.weights), r.tp,
-            r.max_model_len or derived_max_model_len(r.model), r.max_num_batched_tokens,
-            r.max_num_seqs, r.gpu_memory_utilization)
+            r.max_model_len or derived_max_model_len(r.model), pool.max_num_tokens,
+            pool.max_batch_size, pool.free_gpu_memory_fraction)
         files = dict(command.files)
         if d.kv.name == "bf16" and d.block_size is None:
             assert args.extra_llm_api_options is None and not files

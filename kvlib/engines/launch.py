@@ -59,6 +59,7 @@ from ..deployment import DEFAULT_BLOCK_SIZE, ENGINE_NAMES, VLLM_VERSION, Deploym
 from ..model.checkpoints import checkpoint_repository
 from ..model.layers import IndexerKeyLayer
 from ..model.registry import model_slugs
+from . import sglang, tensorrt_llm
 from .capacity import check_max_model_len, derived_max_model_len
 
 #: kvlib's KV format name → each engine's ``--kv-cache-dtype`` (vLLM, SGLang) or
@@ -227,36 +228,45 @@ def _vllm(d: Deployment, repo: str) -> LaunchCommand:
     return LaunchCommand("vllm", tuple(args), tuple(env), (), tuple(notes))
 
 
-def _sglang(d: Deployment, block_size: int | None, repo: str) -> LaunchCommand:
+def _sglang(d: Deployment, given: Deployment, repo: str) -> LaunchCommand:
+    """SGLang's command with the values its pool was sized with (``sglang.kv_pool``): its own
+    default fraction, prefill chunk and running cap where the deployment gives none."""
     length, env, notes = _context(d)
     kv = engine_kv_dtype(d)
+    pool = sglang.kv_pool(given)
+    block_size = given.block_size
     args = ["python", "-m", "sglang.launch_server", "--model-path", repo,
-            "--tp-size", str(d.tp), "--mem-fraction-static", repr(d.gpu_memory_utilization)]
+            "--tp-size", str(d.tp), "--mem-fraction-static", repr(pool.mem_fraction_static)]
     if length is not None:
         args += ["--context-length", str(length)]
-    args += ["--kv-cache-dtype", kv, "--max-running-requests", str(d.max_num_seqs),
-             "--chunked-prefill-size", str(d.max_num_batched_tokens)]
+    args += ["--kv-cache-dtype", kv]
+    if pool.max_running_requests is not None:
+        args += ["--max-running-requests", str(pool.max_running_requests)]
+    args += ["--chunked-prefill-size", str(pool.chunked_prefill_size)]
     if block_size is not None:
         args += ["--page-size", str(block_size)]
     notes += _kv_note(d, kv)
     notes.append("--mem-fraction-static: SGLang's share of GPU memory for weights plus the KV "
-                 "pool (activations and CUDA graphs outside it), not vLLM's utilization; the "
-                 "deployment's value as given, SGLang's own pool is not modelled yet")
+                 f"pool (activations and CUDA graphs outside it), not vLLM's utilization: "
+                 f"{pool.mem_fraction_source}")
     return LaunchCommand("sglang", tuple(args), tuple(env), (), tuple(notes))
 
 
-def _trtllm(d: Deployment, block_size: int | None, repo: str) -> LaunchCommand:
+def _trtllm(d: Deployment, given: Deployment, repo: str) -> LaunchCommand:
+    """trtllm-serve's command with the values its pool was sized with (``tensorrt_llm.kv_pool``)."""
     length, env, notes = _context(d)
     kv = engine_kv_dtype(d)
+    pool = tensorrt_llm.kv_pool(given)
+    block_size = given.block_size
     args = ["trtllm-serve", repo, "--tp_size", str(d.tp)]
     if length is not None:
         args += ["--max_seq_len", str(length)]
-    args += ["--max_num_tokens", str(d.max_num_batched_tokens),
-             "--max_batch_size", str(d.max_num_seqs),
-             "--kv_cache_free_gpu_memory_fraction", repr(d.gpu_memory_utilization)]
+    args += ["--max_num_tokens", str(pool.max_num_tokens),
+             "--max_batch_size", str(pool.max_batch_size),
+             "--kv_cache_free_gpu_memory_fraction", repr(pool.free_gpu_memory_fraction)]
     files: tuple[tuple[str, str], ...] = ()
     if kv != "auto" or block_size is not None:
-        lines = ["kv_cache_config:", f"  free_gpu_memory_fraction: {d.gpu_memory_utilization!r}"]
+        lines = ["kv_cache_config:", f"  free_gpu_memory_fraction: {pool.free_gpu_memory_fraction!r}"]
         if kv != "auto":
             lines.append(f"  dtype: {kv}")
         if block_size is not None:
@@ -268,8 +278,7 @@ def _trtllm(d: Deployment, block_size: int | None, repo: str) -> LaunchCommand:
     notes += _kv_note(d, kv)
     notes.append("--kv_cache_free_gpu_memory_fraction: the share of the memory free after "
                  "weights and activations that TensorRT-LLM gives the KV cache, not vLLM's "
-                 "utilization; the deployment's value as given, TensorRT-LLM's pool is not "
-                 "modelled yet")
+                 "utilization")
     return LaunchCommand("tensorrt-llm", tuple(args), tuple(env), files, tuple(notes))
 
 
@@ -287,5 +296,5 @@ def launch_command(deployment: Deployment, *, repo: str | None = None) -> Launch
     if d.engine == "vllm":
         return _vllm(d, checkpoint)
     if d.engine == "sglang":
-        return _sglang(d, deployment.block_size, checkpoint)
-    return _trtllm(d, deployment.block_size, checkpoint)
+        return _sglang(d, deployment, checkpoint)
+    return _trtllm(d, deployment, checkpoint)

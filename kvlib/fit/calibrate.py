@@ -966,3 +966,47 @@ def _case_band(model: str, gpu: str, engine: str, tp: int, label: str) -> CaseBa
                     low=round(float(err.quantile(0.1)), 4), high=round(float(err.quantile(0.9)), 4),
                     gpu=gpu, engine=engine, model_family=family, vendor=case["vendor"],
                     basis=basis, measured=measured)
+
+
+def banded_batch_limit() -> int:
+    """The largest decode batch whose batch range (``BATCH_RANGES``) has held-out
+    points enough for a band of its own in ``data/speed_error_bands.csv``; past it a band
+    falls back to a wider scope and the speed is an extrapolation."""
+    table = pd.read_csv(csv_path(BANDS_FILE), keep_default_na=False)
+    own = [hi for lo, hi in BATCH_RANGES
+           if table.loc[table["batch_range"] == batch_range(lo), "scope"]
+           .str.endswith(f"batch {batch_range(lo)}").any()]
+    if not own:
+        raise ValueError(f"{BANDS_FILE}: no batch range has a band of its own")
+    return max(own)
+
+
+def slow_end(n_gpus: int, batch: int, limit: int) -> float:
+    """The factor on a predicted speed at the slow end of its error band (1 + the band's 10th
+    percentile) at ``n_gpus`` and ``batch``; past ``limit`` (``banded_batch_limit``) the
+    slower of its own band and the band at ``limit``, so an extrapolated batch is never
+    trusted more than the largest measured one."""
+    low = error_band(n_gpus, batch).low
+    if batch > limit:
+        low = min(low, error_band(n_gpus, limit).low)
+    return 1 + low
+
+
+def ttft_errors() -> pd.DataFrame:
+    """The time-to-first-token model against measurements it was never fitted to
+    (``validate``'s TTFT points), by requests in flight (``BATCH_RANGES``):
+    batch_range, n, median (signed), low and high (10th and 90th percentile; NaN under
+    ``MIN_BAND_POINTS`` runs) of predicted ÷ measured − 1. Negative: measured TTFTs
+    were longer (the model assumes arrivals spread out, benchmarks send them in waves)."""
+    res = validate()
+    ttft = res[res["role"] == "ttft"]
+    rows = []
+    for lo, _ in BATCH_RANGES:
+        label = batch_range(lo)
+        err = ttft.loc[ttft["batch_range"] == label, "error"]
+        spread = len(err) >= MIN_BAND_POINTS
+        if len(err):
+            rows.append({"batch_range": label, "n": len(err), "median": float(err.median()),
+                         "low": float(err.quantile(0.1)) if spread else math.nan,
+                         "high": float(err.quantile(0.9)) if spread else math.nan})
+    return pd.DataFrame(rows, columns=["batch_range", "n", "median", "low", "high"])

@@ -219,7 +219,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
         if not list(values):
             raise ValueError(f"answer_grid needs at least one of {name}")
     rows = []
-    limit = banded_batch_limit()
+    limit = calibrate.banded_batch_limit()
     for slug in models:
         lens = max_model_lens(slug, lengths)
         model = load_model(slug)
@@ -346,30 +346,6 @@ def band_side(low: float, high: float) -> str:
     return "optimistic" if high < 0 else "pessimistic" if low > 0 else ""
 
 
-def banded_batch_limit() -> int:
-    """The largest decode batch whose batch range (``calibrate.BATCH_RANGES``) has held-out
-    points enough for a band of its own in ``data/speed_error_bands.csv``; past it a band
-    falls back to a wider scope and the speed is an extrapolation."""
-    table = pd.read_csv(csv_path(calibrate.BANDS_FILE), keep_default_na=False)
-    own = [hi for lo, hi in calibrate.BATCH_RANGES
-           if table.loc[table["batch_range"] == calibrate.batch_range(lo), "scope"]
-           .str.endswith(f"batch {calibrate.batch_range(lo)}").any()]
-    if not own:
-        raise ValueError(f"{calibrate.BANDS_FILE}: no batch range has a band of its own")
-    return max(own)
-
-
-def slow_end(n_gpus: int, batch: int, limit: int) -> float:
-    """The factor on a predicted speed at the slow end of its error band (1 + the band's 10th
-    percentile) at ``n_gpus`` and ``batch``; past ``limit`` (``banded_batch_limit``) the
-    slower of its own band and the band at ``limit``, so an extrapolated batch is never
-    trusted more than the largest measured one."""
-    low = calibrate.error_band(n_gpus, batch).low
-    if batch > limit:
-        low = min(low, calibrate.error_band(n_gpus, limit).low)
-    return 1 + low
-
-
 def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
              gpu_memory_utilization: float = 0.9, output_tokens: int = 1024,
              dated_only: bool = True) -> pd.DataFrame:
@@ -398,7 +374,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
     offers = market_prices()
     offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
     prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
-    limit = banded_batch_limit()
+    limit = calibrate.banded_batch_limit()
     best_factor = 1 + float(pd.read_csv(csv_path(calibrate.BANDS_FILE))["low"].max())
     asked = grid[grid["output_tokens"] == output_tokens]
     rows = asked[(asked["n_gpus"] > 0)
@@ -421,7 +397,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
                 break  # no batch of this or a later candidate can be cheaper
             n = int(r.n_gpus)
             batch, user, tps = int(r.batch), r.per_user_tokens_per_s, r.tokens_per_s
-            if user * slow_end(n, batch, limit) < speed_floor:
+            if user * calibrate.slow_end(n, batch, limit) < speed_floor:
                 key = (slug, r.weights, r.kv_dtype, r.gpu)
                 if key not in engines:
                     engines[key] = Engine(Deployment(
@@ -432,7 +408,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
                 if found is None:
                     continue
                 batch, user, tps = found
-            factor = slow_end(n, batch, limit)
+            factor = calibrate.slow_end(n, batch, limit)
             cost = cost_per_million_tokens(prices[r.gpu] * n, tps * factor)
             if best is None or cost < best["output_cost_slow"]:
                 best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": n,
@@ -457,29 +433,9 @@ def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int,
     for batch in sorted((2 ** k for k in range(held.bit_length()) if 2 ** k < held),
                         reverse=True):
         p = engine.point(prompt, output, max_model_len=max_model_len, batch=batch)
-        if p.per_user_tokens_per_s * slow_end(p.n_gpus, batch, limit) >= floor:
+        if p.per_user_tokens_per_s * calibrate.slow_end(p.n_gpus, batch, limit) >= floor:
             return batch, p.per_user_tokens_per_s, p.tokens_per_s
     return None
-
-
-def ttft_errors() -> pd.DataFrame:
-    """The time-to-first-token model against measurements it was never fitted to
-    (``calibrate.validate``'s TTFT points), by requests in flight (``calibrate.BATCH_RANGES``):
-    batch_range, n, median (signed), low and high (10th and 90th percentile; NaN under
-    ``calibrate.MIN_BAND_POINTS`` runs) of predicted ÷ measured − 1. Negative: measured TTFTs
-    were longer (the model assumes arrivals spread out, benchmarks send them in waves)."""
-    res = calibrate.validate()
-    ttft = res[res["role"] == "ttft"]
-    rows = []
-    for lo, _ in calibrate.BATCH_RANGES:
-        label = calibrate.batch_range(lo)
-        err = ttft.loc[ttft["batch_range"] == label, "error"]
-        spread = len(err) >= calibrate.MIN_BAND_POINTS
-        if len(err):
-            rows.append({"batch_range": label, "n": len(err), "median": float(err.median()),
-                         "low": float(err.quantile(0.1)) if spread else math.nan,
-                         "high": float(err.quantile(0.9)) if spread else math.nan})
-    return pd.DataFrame(rows, columns=["batch_range", "n", "median", "low", "high"])
 
 
 # --- the page's data ----------------------------------------------------------------------------
@@ -509,7 +465,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
     choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
     GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
-    into ``ttft_bands``, ``ttft`` (``ttft_errors``) for the batch range of its batch, -1 where
+    into ``ttft_bands``, ``ttft`` (``calibrate.ttft_errors``) for the batch range of its batch, -1 where
     none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
     starting choice: model, weights, kv_dtype,
     gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
@@ -576,7 +532,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                   for scope, n, med, low, high in bands],
         "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
                        for r in ttft.itertuples()],
-        "batch_limit": banded_batch_limit(),
+        "batch_limit": calibrate.banded_batch_limit(),
         "texts": list(texts),
         "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
                  "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",

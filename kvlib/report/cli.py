@@ -24,6 +24,7 @@ EXAMPLES = """examples:
   kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8
   kvlib kv ./config.json --tokens 8192
   kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
+  kvlib fit llama-3.1-8b h100-sxm --engine sglang --context 8192
   kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
   kvlib cost --price 2.90 --tps 1000
   kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
@@ -120,7 +121,7 @@ def _deployment(args: argparse.Namespace):
     if not _is_file(Path(args.model)) and Path(args.model).suffix != ".json":
         model = args.model  # a registry slug: the deployment knows its checkpoints
     return Deployment(model, args.gpu, tp=args.tp, weights=args.weight_dtype,
-                      kv=args.kv_dtype, gpu_memory_utilization=args.util,
+                      kv=args.kv_dtype, engine=args.engine, gpu_memory_utilization=args.util,
                       max_model_len=positive_integer("context_tokens", args.context),
                       max_num_seqs=args.max_num_seqs,
                       max_num_batched_tokens=args.max_num_batched_tokens,
@@ -133,7 +134,7 @@ _MODEL_FLAGS = {"--util": "util", "--context": "context", "--output-tokens": "ou
                 "--tp": "tp", "--weight-dtype": "weight_dtype", "--kv-dtype": "kv_dtype",
                 "--max-num-seqs": "max_num_seqs",
                 "--max-num-batched-tokens": "max_num_batched_tokens"}
-_DEFAULTS = {"util": 0.9, "context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
+_DEFAULTS = {"context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
 
 
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -164,21 +165,39 @@ def _launch_row(text: str | None, notes: list[str]) -> tuple[str, str]:
     return ("launch", text if text is not None else f"none: {notes[0]}")
 
 
+def _memory_fraction(pool: Any) -> float:
+    """The share of memory the engine was started with: vLLM's gpu_memory_utilization,
+    SGLang's mem_fraction_static, TensorRT-LLM's free_gpu_memory_fraction."""
+    for name in ("gpu_memory_utilization", "mem_fraction_static", "free_gpu_memory_fraction"):
+        if hasattr(pool, name):
+            return float(getattr(pool, name))
+    raise TypeError(f"unknown pool {type(pool).__name__}")
+
+
+def _vllm_only(d: Any, what: str) -> None:
+    if d.engine != "vllm":
+        raise ValueError(f"{what} is modelled on vLLM's pool and scheduler only; "
+                         f"kvlib fit --engine {d.engine} gives that engine's pool and launch command")
+
+
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from ..engines.capacity import kv_pool
+    from ..deployment import ENGINE_NAMES
+    from ..engines.pools import kv_pool
     from ..core.units import GIB
 
     d = _deployment(_with_defaults(args))
     m, context = d.model, d.max_model_len
     pool = kv_pool(d)
     conc = pool.max_concurrency(context)
-    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
-            "gpu_memory_utilization": args.util, "weight_dtype": args.weight_dtype,
+    fraction = _memory_fraction(pool)
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp, "engine": d.engine,
+            "gpu_memory_utilization": fraction, "weight_dtype": args.weight_dtype,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
             "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
             "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
     rows = [
-        ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} (utilization {args.util})"),
+        ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} ({ENGINE_NAMES[d.engine]}, "
+                        f"memory fraction {fraction:g})"),
         ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
                             f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
         ("kv tokens", f"{pool.tokens:,}"),
@@ -190,10 +209,12 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         rows.append(("does not fit", "weights and start-up overheads leave "
                      f"{shown} GiB per GPU for the KV cache; "
                      "try a larger --tp or smaller --weight-dtype"))
-    else:
+    elif d.engine == "vllm":
         point = _serving(d, args)
         data["speed"] = _speed_data(point)
         rows += _speed_rows(point)
+    else:
+        rows.append(("speed", "modelled on vLLM's pool only (kvlib fit without --engine)"))
     data["launch_command"], data["launch_notes"] = _launch(d, fits=conc >= 1)
     rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
@@ -267,6 +288,7 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
     d = _deployment(args)
+    _vllm_only(d, "the cost of a token")
     m = d.model
     point = _serving(d, args)
     dollars = point.dollars_per_million(args.price)
@@ -293,7 +315,8 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..engines.workloads import random_lengths
     from ..serve import load
 
-    d = _deployment(args)
+    d = _deployment(_with_defaults(args))
+    _vllm_only(d, "serving under load")
     slo = load.SLO(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile)
     output = args.output_tokens or min(1024, args.context // 2)
     if not 0 < output < args.context:
@@ -370,7 +393,16 @@ def _models(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _deployment_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``fit`` and ``cost`` that set the deployment beside GPU, model and context."""
+    """The flags of ``fit``, ``cost`` and ``slo`` that set the deployment beside GPU, model and
+    context (None: not given, ``_with_defaults`` fills it)."""
+    from ..deployment import ENGINES
+
+    p.add_argument("--engine", choices=ENGINES, default="vllm",
+                   help="serving engine whose pool and launch command to give (default vllm)")
+    p.add_argument("--util", type=float, default=None,
+                   help="the engine's memory fraction: vLLM's --gpu-memory-utilization (default "
+                        "0.9, the book's), SGLang's --mem-fraction-static (default: SGLang's "
+                        "rule), TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--weight-dtype", default=None,
                    help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
@@ -405,7 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fit", _fit, "the KV pool an engine leaves and how many requests fit")
     p.add_argument("model", help="registry slug or path to a config.json")
     p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
-    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--context", type=int, default=None,
                    help="tokens per request, vLLM's --max-model-len (default 8192)")
     p.add_argument("--allow-long-context", action="store_true",
@@ -421,7 +452,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--price", type=float, required=True,
                    help="dollars per hour (with a model: per GPU-hour)")
     p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
-    p.add_argument("--util", type=float, default=None, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--context", type=int, default=None, help="tokens per request (default 8192)")
     p.add_argument("--allow-long-context", action="store_true",
                    help="accept a context past the model's maximum (with a model, as for fit)")
@@ -446,7 +476,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
     p.add_argument("--peak-rps", type=float, default=None, help="peak requests/s to size for")
     p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour")
-    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
     _deployment_flags(p)
 
     p = command("recheck", _recheck, "recheck published claims from data/claims/")
