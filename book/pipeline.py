@@ -227,6 +227,10 @@ def execute_all(jobs: int = 2, output_dir: Path = OUTPUT) -> list[Path]:
     if failed:
         raise ChapterError(", ".join(e.chapter for e in failed),
                            "\n".join(str(e) for e in failed))
+    stems = {Path(s).stem for s in sources}
+    for stale in Path(output_dir).glob("*.ipynb"):  # a renamed or removed chapter's last run
+        if stale.stem not in stems:
+            stale.unlink()
     return done
 
 

@@ -250,6 +250,12 @@ def test_sglang_commands_use_sglangs_flags():
         if d.kv.name not in launch.KV_CACHE_DTYPES["sglang"] and d.kv.name not in ("bf16", "fp16"):
             continue
         d = d.with_(engine="sglang")
+        try:
+            kvlib.kv_pool(d)
+        except ValueError as exc:  # a cache kvlib does not size for SGLang: no command either
+            with pytest.raises(ValueError, match=str(exc)[:40].replace("(", r"\(")):
+                launch_command(d)
+            continue
         command = launch_command(d)
         assert command.argv[:3] == ["python", "-m", "sglang.launch_server"]
         args = parser.parse_args(command.argv[3:])
