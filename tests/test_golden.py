@@ -19,7 +19,10 @@ def _same(a, b) -> bool:
 
 def test_public_results_unchanged() -> None:
     expected = json.loads(GOLDEN.read_text())
-    got = json.loads(json.dumps(public_results(), sort_keys=True))
-    assert got.keys() == expected.keys()
-    changed = {k: (expected[k], got[k]) for k in expected if not _same(got[k], expected[k])}
+    # every pool, size, prefix cost and verdict; the steps and serving points of a third of the
+    # (model, GPU) pairs, so the check costs seconds (the file holds them all)
+    got = json.loads(json.dumps(public_results(every=3), sort_keys=True))
+    assert got.keys() <= expected.keys()
+    assert {k for k in expected if not k.startswith(("decode/", "prefill/", "serve/"))} <= got.keys()
+    changed = {k: (expected[k], got[k]) for k in got if not _same(got[k], expected[k])}
     assert not changed, f"{len(changed)} public results changed, e.g. {list(changed.items())[:3]}"

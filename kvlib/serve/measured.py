@@ -29,7 +29,7 @@ from .load import bench_serve, run_row, saturated_rps
 #: ±90 %.
 RANGE_RATIO = {"random": 0.0, "sharegpt": 0.9}
 #: Most requests replayed per row (the sources ran 50–5,000).
-MAX_REQUESTS = 1000
+MAX_REQUESTS = 600
 #: Load bands, by offered rate ÷ the replayed saturated rate (open loop) or client concurrency.
 RATE_BANDS = ((0.0, 0.5, "light (< 50 % of saturation)"), (0.5, 0.9, "near the knee (50–90 %)"),
               (0.9, math.inf, "at or past saturation (≥ 90 %)"))
