@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvlib.engines import scheduler
 from kvlib.engines.scheduler import LinearStepTime, _weighted_percentile, simulate_serving
 
 MS = 1e-3
@@ -196,3 +197,25 @@ def test_bad_input_is_refused(requests, arrival, kw, match):
 def test_step_law_refuses_a_zero_base():
     with pytest.raises(ValueError, match="base_s"):
         LinearStepTime(0.0, 1e-5)
+
+
+@pytest.mark.parametrize("lists_below, table_above", [(0, 0), (10**9, 10**9), (3, 5)])
+def test_list_and_table_states_give_the_same_run(monkeypatch, lists_below, table_above):
+    # the engine keeps few running requests in lists and many in a numpy table; all lists,
+    # all table, and switching back and forth often must give the default's run exactly
+    rng = np.random.default_rng(11)
+    n = 400
+    req = np.column_stack((rng.integers(1, 1500, n), rng.integers(1, 300, n)))
+    arr = np.cumsum(rng.gamma(0.25, 4 / 15, n))          # bursty, 15 requests/s
+    kw = dict(pool_blocks=900, max_num_batched_tokens=2048, max_num_seqs=64,
+              step_time=LinearStepTime(6e-3, 6e-5, 3e-9))
+    default = simulate_serving(req, arr, **kw)
+    monkeypatch.setattr(scheduler, "LIST_BELOW", lists_below)
+    monkeypatch.setattr(scheduler, "TABLE_ABOVE", table_above)
+    other = simulate_serving(req, arr, **kw)
+    assert default.preemptions > 0
+    assert (other.steps, other.preemptions) == (default.steps, default.preemptions)
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        np.testing.assert_array_equal(getattr(other, name), getattr(default, name))
+    np.testing.assert_array_equal(np.sort(np.repeat(other.itl_s, other.itl_weight)),
+                                  np.sort(np.repeat(default.itl_s, default.itl_weight)))

@@ -83,8 +83,8 @@ class LinearStepTime:
         """Seconds of ``n_steps`` consecutive decode steps of the requests holding ``computed``
         tokens at the first (each schedules 1 token a step; the same numbers ``__call__`` gives)."""
         k = len(computed)
-        context = int(computed.sum()) + k * np.arange(n_steps, dtype=np.int64)
-        return self._time(k, context).astype(np.float64)
+        start = int(computed.sum())
+        return self._time(k, np.arange(start, start + k * n_steps, k, dtype=np.int64)[:n_steps])
 
 
 def _weighted_percentile(values: NDArray[np.float64], weights: NDArray[np.int64],
@@ -205,6 +205,7 @@ def _cdiv(x: int, d: int) -> int:
 
 
 ID, COMP, SEQ, REM = range(4)      # columns of the running table
+LIST_BELOW, TABLE_ABOVE = 24, 48   # running requests: lists below, a numpy table above
 
 
 class _Engine:
@@ -219,6 +220,7 @@ class _Engine:
         self.prompt, self.output, self.arrival = prompt, output, arrival
         self.n = len(prompt)
         self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
+        self.list_below, self.table_above = LIST_BELOW, TABLE_ABOVE
         self.step_time = step_time
         self.decode_steps = getattr(step_time, "decode_steps", None)
         self.held = 0
@@ -237,6 +239,11 @@ class _Engine:
         self.run_ = np.zeros((0, 4), dtype=np.int64)
         self.last = np.zeros(0)
         self.all_decode = True        # every running request needs exactly 1 token
+        # below list_below running requests the state moves to lists (rows, last_l), above
+        # table_above back to the table: numpy's cost per call outweighs a short loop
+        self.rows: list[list[int]] | None = None
+        self.last_l: list[float] = []
+        self.itl_one_f: list[float] = []
 
     def _arrive(self) -> None:
         i = self.next_arrival
@@ -253,8 +260,7 @@ class _Engine:
                              f"got {dt!r}")
         return float(dt)
 
-    def _head_admissible(self) -> bool:
-        k = len(self.run_)
+    def _head_admissible(self, k: int) -> bool:
         if not self.waiting or k >= self.max_seqs or k >= self.budget:
             return False
         h = self.waiting[0]
@@ -267,21 +273,27 @@ class _Engine:
         done = 0
         while done < self.n:
             self._arrive()
-            if not len(self.run_) and not self.waiting:
+            k = len(self.run_) if self.rows is None else len(self.rows)
+            if not k and not self.waiting:
                 self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
                 continue
-            if (self.all_decode and len(self.run_) and len(self.run_) <= self.budget
-                    and not self._head_admissible()):
-                done += self._decode_run()
+            if self.rows is None and k < self.list_below:
+                self._to_lists()
+            elif self.rows is not None and k > self.table_above:
+                self._to_table()
+            decode = (self.all_decode and 0 < k <= self.budget
+                      and not self._head_admissible(k))
+            if self.rows is not None:
+                done += self._decode_run_py() if decode else self._step_py()
             else:
-                done += self._step()
+                done += self._decode_run() if decode else self._step()
         first, finish, arrival, output = self.first, self.finish, self.arrival, self.output
         if not np.isfinite(finish).all():
             raise ValueError("step_time gave a time that is not finite")
         multi = output > 1
         tpot = np.zeros(self.n)
         tpot[multi] = (finish[multi] - first[multi]) / (output[multi] - 1)
-        ones = np.concatenate(self.itl_one) if self.itl_one else np.zeros(0)
+        ones = np.concatenate(self.itl_one + [np.asarray(self.itl_one_f, dtype=np.float64)])
         itl_v = np.concatenate([ones, np.asarray(self.itl_v, dtype=np.float64)])
         itl_w = np.concatenate([np.ones(len(ones), dtype=np.int64),
                                 np.asarray(self.itl_k, dtype=np.int64)])
@@ -289,23 +301,11 @@ class _Engine:
                           finish - arrival, itl_v, itl_w, self.preemptions,
                           self.steps, float(finish.max() - arrival[0]))
 
-    def _decode_run(self) -> int:
-        """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
-        admitted: up to the first finish, the last step whose blocks the pool still has, and
-        (with nothing waiting) the last step that starts before the next arrival."""
-        run, bs = self.run_, self.bs
-        comp = run[:, COMP]
-        k = len(run)
-        free = self.pool - self.held
-        m = int(run[:, REM].min())
-        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
-            # a request needs a new block on the steps where its computed tokens are a
-            # multiple of bs
-            hist = np.bincount(comp % bs, minlength=bs)
-            demand = np.cumsum(hist[(-np.arange(m)) % bs])
-            m = int(np.searchsorted(demand, free, side="right"))
-            if m == 0:
-                return self._step()
+    def _run_times(self, comp: NDArray[np.int64], m: int
+                   ) -> tuple[int, NDArray[np.float64], NDArray[np.float64]]:
+        """Steps of a decode run of the requests holding ``comp`` tokens (at most ``m``; with
+        nothing waiting, only those starting before the next arrival), their seconds and the
+        clock at each step's start and end (``ends[j]``: start of step j)."""
         t_next = (float(self.arrival[self.next_arrival])
                   if not self.waiting and self.next_arrival < self.n else math.inf)
         if self.decode_steps is not None:
@@ -315,17 +315,35 @@ class _Engine:
             ends = np.cumsum(np.concatenate(([self.clock], dt)))
             if t_next < math.inf:      # step j starts at ends[j]; keep those starting before
                 m = min(m, int(np.searchsorted(ends[1:m], t_next, side="left")) + 1)
-        else:
-            times: list[float] = []
-            t = self.clock
-            ones = np.ones(k, dtype=np.int64)
-            while len(times) < m and (not times or t < t_next):
-                d = self._time(np.column_stack((ones, comp + len(times))))
-                times.append(d)
-                t += d
-            m = len(times)
-            dt = np.asarray(times)
-            ends = np.cumsum(np.concatenate(([self.clock], dt)))
+            return m, dt, ends
+        times: list[float] = []
+        t = self.clock
+        ones = np.ones(len(comp), dtype=np.int64)
+        while len(times) < m and (not times or t < t_next):
+            d = self._time(np.column_stack((ones, comp + len(times))))
+            times.append(d)
+            t += d
+        dt = np.asarray(times)
+        return len(times), dt, np.cumsum(np.concatenate(([self.clock], dt)))
+
+    def _decode_run(self) -> int:
+        """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
+        admitted: up to the first finish, the last step whose blocks the pool still has, and
+        (with nothing waiting) the last step that starts before the next arrival."""
+        run, bs = self.run_, self.bs
+        comp = run[:, COMP]
+        k = len(run)
+        free = self.pool - self.held
+        m = m_finish = int(run[:, REM].min())
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            # a request needs a new block on the steps where its computed tokens are a
+            # multiple of bs
+            hist = np.bincount(comp % bs, minlength=bs)
+            demand = np.cumsum(hist[(-np.arange(m)) % bs])
+            m = int(np.searchsorted(demand, free, side="right"))
+            if m == 0:
+                return self._step()
+        m, dt, ends = self._run_times(comp, m)
         run = run + np.array((0, m, m, -m))
         self.run_ = run
         self.held = self._held(run[:, COMP])
@@ -336,7 +354,7 @@ class _Engine:
         self.clock = float(ends[m])
         self.last = np.full(k, self.clock)
         self.steps += m
-        return self._finish(run[:, REM] == 0)
+        return self._finish(run[:, REM] == 0) if m == m_finish else 0
 
     def _finish(self, fin: NDArray[np.bool_]) -> int:
         """Retire the running requests ``fin`` marks, which sampled their last token now."""
@@ -484,3 +502,146 @@ class _Engine:
         out = np.asarray(sched_l[:n_run], dtype=np.int64)
         out[i:] = 0
         return out, True
+
+    # --- the same steps on Python lists, faster for a few running requests --------------------
+    def _to_lists(self) -> None:
+        self.rows, self.last_l = self.run_.tolist(), self.last.tolist()
+
+    def _to_table(self) -> None:
+        assert self.rows is not None
+        self.run_ = np.array(self.rows, dtype=np.int64).reshape(-1, 4)
+        self.last = np.array(self.last_l, dtype=np.float64)
+        self.rows = None
+
+    def _decode_run_py(self) -> int:
+        """``_decode_run`` on lists."""
+        rows, bs = self.rows, self.bs
+        assert rows is not None
+        k = len(rows)
+        free = self.pool - self.held
+        m = m_finish = min(r[REM] for r in rows)
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            hist = [0] * bs
+            for r in rows:
+                hist[r[COMP] % bs] += 1
+            demand, fits = 0, 0
+            for j in range(m):
+                demand += hist[-j % bs]
+                if demand > free:
+                    break
+                fits = j + 1
+            m = fits
+            if m == 0:
+                return self._step_py()
+        comp = np.array([r[COMP] for r in rows], dtype=np.int64)
+        m, dt, ends = self._run_times(comp, m)
+        held = 0
+        for r in rows:
+            r[COMP] += m
+            r[SEQ] += m
+            r[REM] -= m
+            held += (r[COMP] + bs - 1) // bs
+        self.held = held
+        e1 = float(ends[1])
+        self.itl_one_f += [e1 - t for t in self.last_l]
+        if m > 1:
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
+        self.clock = float(ends[m])
+        self.last_l = [self.clock] * k
+        self.steps += m
+        return self._finish_py() if m == m_finish else 0
+
+    def _finish_py(self) -> int:
+        rows = self.rows
+        assert rows is not None
+        if all(r[REM] for r in rows):
+            return 0
+        keep, last, done, bs = [], [], 0, self.bs
+        for r, t in zip(rows, self.last_l):
+            if r[REM]:
+                keep.append(r)
+                last.append(t)
+            else:
+                self.finish[r[ID]] = self.clock
+                self.held -= (r[COMP] + bs - 1) // bs
+                done += 1
+        self.rows, self.last_l = keep, last
+        return done
+
+    def _step_py(self) -> int:
+        """``_step`` (running pass with its preemptions, waiting pass, sampling) on lists."""
+        rows, last_l = self.rows, self.last_l
+        assert rows is not None
+        bs, left = self.bs, self.budget
+        free = self.pool - self.held
+        sched: list[int] = []
+        n_run = len(rows)
+        preempted = False
+        i = 0
+        while i < n_run and left > 0:
+            r = rows[i]
+            c = r[COMP]
+            s = min(r[SEQ] - c, left)
+            grow = -(-(c + s) // bs) - -(-c // bs)
+            while grow > free:
+                n_run -= 1                      # preempt the last running request
+                v = rows[n_run]
+                free += -(-v[COMP] // bs)
+                self.preemptions += 1
+                preempted = True
+                self.produced[v[ID]] = v[SEQ] - int(self.prompt[v[ID]])
+                self.last_out[v[ID]] = last_l[n_run]
+                self.waiting.appendleft(v[ID])
+                if n_run == i:
+                    break
+            if n_run == i:
+                break
+            free -= grow
+            left -= s
+            sched.append(s)
+            i += 1
+        if preempted:
+            del rows[n_run:]
+            del last_l[n_run:]
+        pairs = [(s, r[COMP]) for s, r in zip(sched, rows)]
+        if not preempted and left > 0 and self.waiting:
+            waiting, prompt, produced, output = self.waiting, self.prompt, self.produced, \
+                self.output
+            while left > 0 and waiting and n_run < self.max_seqs:
+                h = waiting[0]
+                p_h = produced[h]
+                s_h = int(prompt[h]) + p_h
+                if -(-s_h // bs) > free:
+                    break
+                waiting.popleft()
+                s = min(s_h, left)
+                free -= -(-s // bs)
+                left -= s
+                rows.append([h, 0, s_h, int(output[h]) - p_h])
+                last_l.append(self.last_out[h])
+                sched.append(s)
+                pairs.append((s, 0))
+                n_run += 1
+        self.held = self.pool - free
+        if not pairs:
+            raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                               "request alone)")
+        clock = self.clock = self.clock + self._time(np.array(pairs, dtype=np.int64))
+        self.steps += 1
+        first = self.first
+        for j, s in enumerate(sched):
+            r = rows[j]
+            r[COMP] += s
+            if r[COMP] == r[SEQ]:
+                r[SEQ] += 1
+                r[REM] -= 1
+                rid = r[ID]
+                if math.isnan(first[rid]):
+                    first[rid] = clock
+                else:
+                    self.itl_one_f.append(clock - last_l[j])
+                last_l[j] = clock
+        done = self._finish_py()
+        self.all_decode = all(r[SEQ] - r[COMP] == 1 for r in self.rows or ())
+        return done
