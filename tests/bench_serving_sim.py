@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import time
+from functools import partial
 
 import numpy as np
 
@@ -49,9 +50,8 @@ def main() -> None:
     for n in args.sizes:
         for name, rate in RATES.items():
             req, arr = chat(n, rate)
-            wall, run = timed(lambda: simulate_serving(req, arr, pool_blocks=POOL_BLOCKS,
-                                                       step_time=LAW),
-                              repeat=3 if n <= 10_000 else 1)
+            wall, run = timed(partial(simulate_serving, req, arr, pool_blocks=POOL_BLOCKS,
+                                      step_time=LAW), repeat=3 if n <= 10_000 else 1)
             print(f"{name:<16} {n:>9,} {run.steps:>10,} {run.preemptions:>8,} {wall:>8.2f}")
     if args.vllm_requests:
         from kvlib.engines.vllm_oracle import vllm_serving_run
@@ -62,8 +62,8 @@ def main() -> None:
         for name, rate in RATES.items():
             req, arr = chat(n, rate)
             kw = dict(pool_blocks=POOL_BLOCKS, step_time=LAW)
-            t_vllm, theirs = timed(lambda: vllm_serving_run(req, arr, **kw))
-            t_ours, ours = timed(lambda: simulate_serving(req, arr, **kw), repeat=3)
+            t_vllm, theirs = timed(partial(vllm_serving_run, req, arr, **kw))
+            t_ours, ours = timed(partial(simulate_serving, req, arr, **kw), repeat=3)
             same = (ours.steps == theirs.steps and ours.preemptions == theirs.preemptions
                     and np.allclose(ours.e2e_s, theirs.e2e_s, rtol=1e-9, atol=1e-9))
             print(f"{name:<16} {n:>9,} {t_vllm:>8.2f} {t_ours:>8.3f} {t_vllm / t_ours:>6.0f}×  "

@@ -219,3 +219,18 @@ def test_list_and_table_states_give_the_same_run(monkeypatch, lists_below, table
         np.testing.assert_array_equal(getattr(other, name), getattr(default, name))
     np.testing.assert_array_equal(np.sort(np.repeat(other.itl_s, other.itl_weight)),
                                   np.sort(np.repeat(default.itl_s, default.itl_weight)))
+
+
+@pytest.mark.parametrize("lists_below", [0, 10**9])
+def test_a_last_prompt_chunk_of_one_token_gives_the_first_token(monkeypatch, lists_below):
+    # 2,049 tokens, budget 2,048: step 1 computes 2,048, step 2 the last prompt token and
+    # samples the first output token (2 ms); 2 decodes more → 4 ms
+    monkeypatch.setattr(scheduler, "LIST_BELOW", lists_below)
+    monkeypatch.setattr(scheduler, "TABLE_ABOVE", lists_below)
+    alone = run([[2049, 3]], max_num_batched_tokens=2048)
+    assert (alone.ttft_s[0], alone.e2e_s[0]) == pytest.approx((2 * MS, 4 * MS))
+    r = run([[2049, 3], [10, 5]], max_num_batched_tokens=2048)
+    # B (10 tokens) waits behind A's first chunk (budget spent): admitted in step 2 with A's
+    # last prompt token, first token at 2 ms, 4 more → 6 ms
+    np.testing.assert_allclose(r.ttft_s, [2 * MS, 2 * MS])
+    np.testing.assert_allclose(r.e2e_s, [4 * MS, 6 * MS])

@@ -30,11 +30,22 @@ arrival, TPOT = (finish − first token) ÷ (output − 1), defined as 0 for a o
 ``vllm bench serve`` does for its goodput; its TPOT statistics leave those requests out, and so
 does ``ServingRun.summary``). ITL: the time between a request's consecutive tokens.
 
-Speed: runs of pure decode steps (every running request decoding, nothing admissible) are
-advanced many steps at once; a ``step_time`` with a ``decode_steps(computed, n_steps)`` method
-(``LinearStepTime`` has one) gives their times in one call, any other callable is called once per
-step with the same batches and gives the same result. Prefix caching is not simulated: kvlib's
-``VllmBlockCache`` replays one request at a time, not requests sharing the pool concurrently.
+Checked against vLLM's own scheduler (``kvlib.engines.vllm_oracle.vllm_serving_run``, driven on
+the same virtual clock): the same steps, preemptions and latencies to rounding
+(``tests/test_serving_sim_oracle.py``).
+
+Speed: runs of pure decode steps (every running request decoding, nothing admissible) advance
+many steps at once, up to the first finish, the last step the pool has blocks for, or the next
+arrival; a ``step_time`` with a ``decode_steps(computed, n_steps)`` method (``LinearStepTime``
+has one) gives a run's step times in one call, any other callable is called once per step with
+the same batches and gives the same result. Below ``LIST_BELOW`` running requests the state is
+kept in Python lists, above ``TABLE_ABOVE`` in a numpy table (numpy's cost per call outweighs a
+short loop); both give the same run. 10,000 chat requests take under a second.
+
+Not simulated: prefix caching (kvlib's ``VllmBlockCache`` replays one request at a time, not
+requests sharing the pool concurrently), priority scheduling, speculative decoding, KV
+connectors, ``long_prefill_token_threshold``, a watermark, and ``max_model_len`` (a request is
+assumed to fit it).
 """
 from __future__ import annotations
 
@@ -209,9 +220,10 @@ LIST_BELOW, TABLE_ABOVE = 24, 48   # running requests: lists below, a numpy tabl
 
 
 class _Engine:
-    """The state of one run. ``run`` (k × 4 ints) holds the running requests in vLLM's running
-    order: id, computed tokens, sequence (prompt + tokens sampled), tokens still to sample;
-    ``last`` their last token times. ``held`` = Σ ceil(computed / block size) blocks in use.
+    """The state of one run. ``run_`` (k × 4 ints; ``rows`` as lists when few run) holds the
+    running requests in vLLM's running order: id, computed tokens, sequence (prompt + tokens
+    sampled), tokens still to sample; ``last`` (``last_l``) their last token times. ``held`` =
+    Σ ceil(computed / block size), the blocks in use.
     """
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
@@ -238,7 +250,7 @@ class _Engine:
         self.next_arrival = 0
         self.run_ = np.zeros((0, 4), dtype=np.int64)
         self.last = np.zeros(0)
-        self.all_decode = True        # every running request needs exactly 1 token
+        self.all_decode = True        # every running request decodes (1 token, not its first)
         # below list_below running requests the state moves to lists (rows, last_l), above
         # table_above back to the table: numpy's cost per call outweighs a short loop
         self.rows: list[list[int]] | None = None
@@ -466,7 +478,10 @@ class _Engine:
                 self.itl_one.append(self.clock - was)
         done = self._finish(run[:, REM] == 0)
         run = self.run_
-        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all())
+        # a decode run needs every request to need 1 token and to have its first token (a
+        # prompt's last token left alone is not a decode: it gives the first token)
+        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all()
+                               and not np.isnan(self.first[run[:, ID]]).any())
         return done
 
     def _running_with_preemption(self, sched: NDArray[np.int64]
@@ -643,5 +658,6 @@ class _Engine:
                     self.itl_one_f.append(clock - last_l[j])
                 last_l[j] = clock
         done = self._finish_py()
-        self.all_decode = all(r[SEQ] - r[COMP] == 1 for r in self.rows or ())
+        self.all_decode = all(r[SEQ] - r[COMP] == 1 and not math.isnan(first[r[ID]])
+                              for r in self.rows or ())
         return done
