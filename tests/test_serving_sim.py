@@ -72,7 +72,8 @@ def test_running_requests_go_first_and_a_waiting_prompt_is_chunked_into_what_is_
     # A (prompt 10, 3 tokens) is decoding when B (prompt 100) arrives with budget 50:
     # step 1: A's prompt; step 2 (B has arrived at 0.5 ms): A decodes 1, B gets 50 − 1 = 49;
     # step 3: A's last decode 1, B 49 more (98); step 4: B's last 2 tokens → B's first token
-    run([[10, 3], [100, 2]], [0.0, 0.5e-3], step_time=law, max_num_batched_tokens=50)
+    run([[10, 3], [100, 2]], [0.0, 0.5e-3], step_time=law, max_num_batched_tokens=50,
+        max_num_seqs=2)
     assert seen[:4] == [[[10, 0]], [[1, 10], [49, 0]], [[1, 11], [49, 49]], [[2, 98]]]
 
 
@@ -110,7 +111,8 @@ def test_admission_needs_blocks_for_the_whole_prompt_not_only_the_first_chunk():
     # admitted: 10 − 5 = 5 free in step 2, 4 in steps 3–4, although its first chunk (20 tokens
     # in step 2: 2 blocks) would fit (vLLM's scheduler_reserve_full_isl). Admitted in step 5:
     # chunks 50 + 50 → its token at 6 ms, 5.5 ms after its arrival
-    r = run([[80, 3], [100, 1]], [0.0, 0.5e-3], pool_blocks=10, max_num_batched_tokens=50)
+    r = run([[80, 3], [100, 1]], [0.0, 0.5e-3], pool_blocks=10, max_num_batched_tokens=50,
+            max_num_seqs=2)
     np.testing.assert_allclose(r.e2e_s, [4 * MS, 6 * MS - 0.5e-3])
     assert r.steps == 6
 
@@ -187,6 +189,7 @@ def test_weighted_percentile_is_numpys_on_the_repeated_values(q):
     ([[10, 1]], [0.0, 1.0], {}, "one time per request"),
     ([[10, 1]], [0.0], dict(step_time=lambda b: 0.0), "positive"),
     ([[10, 1]], [0.0], dict(max_num_batched_tokens=0), "max_num_batched_tokens"),
+    ([[10, 1]], [0.0], dict(max_num_batched_tokens=128), "as vLLM requires"),
 ])
 def test_bad_input_is_refused(requests, arrival, kw, match):
     kw = {"pool_blocks": 4096, "step_time": FLAT, **kw}

@@ -201,6 +201,9 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     bs = positive_integer("block_size", block_size)
     max_seqs = positive_integer("max_num_seqs", max_num_seqs)
     budget_max = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
+    if budget_max < max_seqs:
+        raise ValueError(f"max_num_batched_tokens ({budget_max:,}) must be >= max_num_seqs "
+                         f"({max_seqs:,}), as vLLM requires")
     if not callable(step_time):
         raise ValueError(f"step_time must be callable, got {step_time!r}")
     need = -(-(prompt + output - 1) // bs)
