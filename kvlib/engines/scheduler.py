@@ -600,8 +600,10 @@ class _Engine:
         while i < n_run and left > 0:
             r = rows[i]
             c = r[COMP]
-            s = min(r[SEQ] - c, left)
-            grow = -(-(c + s) // bs) - -(-c // bs)
+            s = r[SEQ] - c
+            if s > left:
+                s = left
+            grow = (c + s + bs - 1) // bs - (c + bs - 1) // bs
             while grow > free:
                 n_run -= 1                      # preempt the last running request
                 v = rows[n_run]
@@ -647,20 +649,27 @@ class _Engine:
                                "request alone)")
         clock = self.clock = self.clock + self._time(np.array(pairs, dtype=np.int64))
         self.steps += 1
-        first = self.first
+        first, itl = self.first, self.itl_one_f
+        decodes = len(sched) == len(rows)      # a decode run may follow (checked below)
+        ending = False
         for j, s in enumerate(sched):
             r = rows[j]
-            r[COMP] += s
-            if r[COMP] == r[SEQ]:
-                r[SEQ] += 1
+            c = r[COMP] + s
+            r[COMP] = c
+            if c == r[SEQ]:
+                r[SEQ] = c + 1
                 r[REM] -= 1
+                ending = ending or not r[REM]
                 rid = r[ID]
                 if math.isnan(first[rid]):
                     first[rid] = clock
                 else:
-                    self.itl_one_f.append(clock - last_l[j])
+                    itl.append(clock - last_l[j])
                 last_l[j] = clock
-        done = self._finish_py()
-        self.all_decode = all(r[SEQ] - r[COMP] == 1 and not math.isnan(first[r[ID]])
-                              for r in self.rows or ())
+            else:
+                decodes = False                 # still prefilling
+        done = self._finish_py() if ending else 0
+        # every request decodes next: each sampled (its first token included) and needs 1
+        self.all_decode = decodes or all(r[SEQ] - r[COMP] == 1 and not math.isnan(first[r[ID]])
+                                         for r in self.rows or ())
         return done
