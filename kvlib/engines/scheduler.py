@@ -87,8 +87,8 @@ class LinearStepTime:
 
     def __call__(self, batch: ArrayLike) -> float:
         """Seconds for one step; ``batch`` rows are (tokens scheduled, tokens already computed)."""
-        b = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
-        return float(self._time(int(b[:, 0].sum()), int(b[:, 1].sum())))
+        scheduled, context = np.asarray(batch, dtype=np.int64).reshape(-1, 2).sum(axis=0).tolist()
+        return float(self._time(scheduled, context))
 
     def decode_steps(self, computed: NDArray[np.int64], n_steps: int) -> NDArray[np.float64]:
         """Seconds of ``n_steps`` consecutive decode steps of the requests holding ``computed``
@@ -254,6 +254,7 @@ class _Engine:
         self.run_ = np.zeros((0, 4), dtype=np.int64)
         self.last = np.zeros(0)
         self.all_decode = True        # every running request decodes (1 token, not its first)
+        self.unfirst = 0              # running requests still without their first token
         # below list_below running requests the state moves to lists (rows, last_l), above
         # table_above back to the table: numpy's cost per call outweighs a short loop
         self.rows: list[list[int]] | None = None
@@ -302,6 +303,7 @@ class _Engine:
                 done += self._decode_run_py() if decode else self._step_py()
             else:
                 done += self._decode_run() if decode else self._step()
+        assert self.unfirst == 0 and not self.held, "a request left running"
         first, finish, arrival, output = self.first, self.finish, self.arrival, self.output
         if not np.isfinite(finish).all():
             raise ValueError("step_time gave a time that is not finite")
@@ -432,6 +434,7 @@ class _Engine:
                 adm_sched.append(s)
                 adm_last.append(self.last_out[h])
                 n_run += 1
+                self.unfirst += not p_h
             self.held = self.pool - free
             if rows:
                 run = np.concatenate((run, np.array(rows, dtype=np.int64)))
@@ -471,20 +474,21 @@ class _Engine:
             s_id = None
         self.run_ = run
         if s_id is not None:
-            firsts = np.isnan(self.first[s_id])
-            if firsts.all():
-                self.first[s_id] = self.clock
-            elif firsts.any():
-                self.first[s_id[firsts]] = self.clock
-                self.itl_one.append(self.clock - was[~firsts])
-            else:
+            firsts = np.isnan(self.first[s_id]) if self.unfirst else None
+            if firsts is None or not firsts.any():
                 self.itl_one.append(self.clock - was)
+            elif firsts.all():
+                self.first[s_id] = self.clock
+                self.unfirst -= len(s_id)
+            else:
+                self.first[s_id[firsts]] = self.clock
+                self.unfirst -= int(firsts.sum())
+                self.itl_one.append(self.clock - was[~firsts])
         done = self._finish(run[:, REM] == 0)
         run = self.run_
         # a decode run needs every request to need 1 token and to have its first token (a
         # prompt's last token left alone is not a decode: it gives the first token)
-        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all()
-                               and not np.isnan(self.first[run[:, ID]]).any())
+        self.all_decode = not self.unfirst and bool((run[:, SEQ] - run[:, COMP] == 1).all())
         return done
 
     def _running_with_preemption(self, sched: NDArray[np.int64]
@@ -507,6 +511,7 @@ class _Engine:
                 free += _cdiv(comp_l[n_run], bs)
                 self.preemptions += 1
                 self.produced[victim] = seq_l[n_run] - int(self.prompt[victim])
+                self.unfirst -= not self.produced[victim]
                 self.last_out[victim] = float(self.last[n_run])
                 self.waiting.appendleft(victim)
                 if n_run == i:                  # it preempted itself: the pass ends
@@ -611,6 +616,7 @@ class _Engine:
                 self.preemptions += 1
                 preempted = True
                 self.produced[v[ID]] = v[SEQ] - int(self.prompt[v[ID]])
+                self.unfirst -= not self.produced[v[ID]]
                 self.last_out[v[ID]] = last_l[n_run]
                 self.waiting.appendleft(v[ID])
                 if n_run == i:
@@ -640,6 +646,7 @@ class _Engine:
                 left -= s
                 rows.append([h, 0, s_h, int(output[h]) - p_h])
                 last_l.append(self.last_out[h])
+                self.unfirst += not p_h
                 sched.append(s)
                 pairs.append((s, 0))
                 n_run += 1
@@ -663,6 +670,7 @@ class _Engine:
                 rid = r[ID]
                 if math.isnan(first[rid]):
                     first[rid] = clock
+                    self.unfirst -= 1
                 else:
                     itl.append(clock - last_l[j])
                 last_l[j] = clock
@@ -670,6 +678,6 @@ class _Engine:
                 decodes = False                 # still prefilling
         done = self._finish_py() if ending else 0
         # every request decodes next: each sampled (its first token included) and needs 1
-        self.all_decode = decodes or all(r[SEQ] - r[COMP] == 1 and not math.isnan(first[r[ID]])
-                                         for r in self.rows or ())
+        self.all_decode = decodes or (not self.unfirst
+                                      and all(r[SEQ] - r[COMP] == 1 for r in self.rows or ()))
         return done
