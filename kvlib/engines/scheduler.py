@@ -494,23 +494,31 @@ class _Engine:
     def _running_with_preemption(self, sched: NDArray[np.int64]
                                  ) -> tuple[NDArray[np.int64], bool]:
         """vLLM's running pass when blocks run out: each request in order allocates its blocks,
-        preempting the last running request until it can (or until it preempted itself)."""
+        preempting the last running request until it can (or until it preempted itself). The
+        requests that fit are found a stretch at a time; preemptions go one by one."""
         bs = self.bs
         run = self.run_
+        comp = run[:, COMP]
+        grown = (comp + sched + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+        stop = int(np.count_nonzero(sched))    # past it the budget is spent: the pass stopped
         n_run = len(run)
-        ids, comp_l, seq_l = run[:, ID].tolist(), run[:, COMP].tolist(), run[:, SEQ].tolist()
-        sched_l = sched.tolist()
         free = self.pool - self.held
         i = 0
-        while i < n_run and sched_l[i] > 0:    # sched 0: the budget is spent, the pass stopped
-            c = comp_l[i]
-            grow = _cdiv(c + sched_l[i], bs) - _cdiv(c, bs)
+        while i < min(stop, n_run):
+            cum = np.cumsum(grown[i:min(stop, n_run)])
+            fit = int(np.searchsorted(cum, free, side="right"))   # the next `fit` fit
+            if fit:
+                free -= int(cum[fit - 1])
+                i += fit
+            if i >= min(stop, n_run):
+                break
+            grow = int(grown[i])
             while grow > free:
                 n_run -= 1                      # preempt the last running request
-                victim = ids[n_run]
-                free += _cdiv(comp_l[n_run], bs)
+                victim = int(run[n_run, ID])
+                free += _cdiv(int(run[n_run, COMP]), bs)
                 self.preemptions += 1
-                self.produced[victim] = seq_l[n_run] - int(self.prompt[victim])
+                self.produced[victim] = int(run[n_run, SEQ]) - int(self.prompt[victim])
                 self.unfirst -= not self.produced[victim]
                 self.last_out[victim] = float(self.last[n_run])
                 self.waiting.appendleft(victim)
@@ -522,7 +530,7 @@ class _Engine:
             i += 1
         self.held = self.pool - free
         self.run_, self.last = run[:n_run], self.last[:n_run]
-        out = np.asarray(sched_l[:n_run], dtype=np.int64)
+        out = sched[:n_run].copy()
         out[i:] = 0
         return out, True
 
