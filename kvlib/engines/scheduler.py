@@ -220,6 +220,7 @@ def _cdiv(x: int, d: int) -> int:
 
 ID, COMP, SEQ, REM = range(4)      # columns of the running table
 LIST_BELOW, TABLE_ABOVE = 24, 48   # running requests: lists below, a numpy table above
+_SAMPLED = np.array((1, -1))       # a sampled token: sequence + 1, tokens to sample − 1
 
 
 class _Engine:
@@ -453,13 +454,13 @@ class _Engine:
             batch = np.column_stack((sched[on], run[on, COMP]))
         self.clock += self._time(batch)
         self.steps += 1
-        run = run.copy() if run is self.run_ else run
-        run[:, COMP] += sched
+        run[:, COMP] += sched                  # (the table is this engine's own: in place)
         sampled = run[:, COMP] == run[:, SEQ]
         if on is not None:
             sampled &= on
-        if sampled.all():
-            run[:, SEQ:] += np.array((1, -1))
+        every = bool(sampled.all())            # then each needs 1 token next
+        if every:
+            run[:, SEQ:] += _SAMPLED
             s_id = run[:, ID]
             was = self.last
             self.last = np.full(len(run), self.clock)
@@ -488,7 +489,8 @@ class _Engine:
         run = self.run_
         # a decode run needs every request to need 1 token and to have its first token (a
         # prompt's last token left alone is not a decode: it gives the first token)
-        self.all_decode = not self.unfirst and bool((run[:, SEQ] - run[:, COMP] == 1).all())
+        self.all_decode = not self.unfirst and (
+            every or bool((run[:, SEQ] - run[:, COMP] == 1).all()))
         return done
 
     def _running_with_preemption(self, sched: NDArray[np.int64]
