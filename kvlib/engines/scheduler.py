@@ -413,6 +413,7 @@ class _Engine:
         else:
             sched = np.zeros(0, dtype=np.int64)
             left = budget
+        k0, unfirst0 = len(run), self.unfirst      # before admission
         if not preempted and left > 0 and self.waiting:
             rows: list[tuple[int, int, int, int]] = []
             adm_sched: list[int] = []
@@ -459,7 +460,18 @@ class _Engine:
         if on is not None:
             sampled &= on
         every = bool(sampled.all())            # then each needs 1 token next
-        if every:
+        if every and not unfirst0 and self.unfirst - unfirst0 == len(run) - k0:
+            # the common step: all sampled, the running requests a later token each, the
+            # admitted ones (all new) their first
+            run[:, SEQ:] += _SAMPLED
+            if k0:
+                self.itl_one.append(self.clock - self.last[:k0])
+            if len(run) > k0:
+                self.first[run[k0:, ID]] = self.clock
+                self.unfirst = 0
+            self.last = np.full(len(run), self.clock)
+            s_id = None
+        elif every:
             run[:, SEQ:] += _SAMPLED
             s_id = run[:, ID]
             was = self.last
