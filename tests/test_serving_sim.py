@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvlib.engines import scheduler
 from kvlib.engines.scheduler import LinearStepTime, _weighted_percentile, simulate_serving
 
 MS = 1e-3
@@ -71,7 +72,8 @@ def test_running_requests_go_first_and_a_waiting_prompt_is_chunked_into_what_is_
     # A (prompt 10, 3 tokens) is decoding when B (prompt 100) arrives with budget 50:
     # step 1: A's prompt; step 2 (B has arrived at 0.5 ms): A decodes 1, B gets 50 − 1 = 49;
     # step 3: A's last decode 1, B 49 more (98); step 4: B's last 2 tokens → B's first token
-    run([[10, 3], [100, 2]], [0.0, 0.5e-3], step_time=law, max_num_batched_tokens=50)
+    run([[10, 3], [100, 2]], [0.0, 0.5e-3], step_time=law, max_num_batched_tokens=50,
+        max_num_seqs=2)
     assert seen[:4] == [[[10, 0]], [[1, 10], [49, 0]], [[1, 11], [49, 49]], [[2, 98]]]
 
 
@@ -109,7 +111,8 @@ def test_admission_needs_blocks_for_the_whole_prompt_not_only_the_first_chunk():
     # admitted: 10 − 5 = 5 free in step 2, 4 in steps 3–4, although its first chunk (20 tokens
     # in step 2: 2 blocks) would fit (vLLM's scheduler_reserve_full_isl). Admitted in step 5:
     # chunks 50 + 50 → its token at 6 ms, 5.5 ms after its arrival
-    r = run([[80, 3], [100, 1]], [0.0, 0.5e-3], pool_blocks=10, max_num_batched_tokens=50)
+    r = run([[80, 3], [100, 1]], [0.0, 0.5e-3], pool_blocks=10, max_num_batched_tokens=50,
+            max_num_seqs=2)
     np.testing.assert_allclose(r.e2e_s, [4 * MS, 6 * MS - 0.5e-3])
     assert r.steps == 6
 
@@ -186,6 +189,7 @@ def test_weighted_percentile_is_numpys_on_the_repeated_values(q):
     ([[10, 1]], [0.0, 1.0], {}, "one time per request"),
     ([[10, 1]], [0.0], dict(step_time=lambda b: 0.0), "positive"),
     ([[10, 1]], [0.0], dict(max_num_batched_tokens=0), "max_num_batched_tokens"),
+    ([[10, 1]], [0.0], dict(max_num_batched_tokens=128), "as vLLM requires"),
 ])
 def test_bad_input_is_refused(requests, arrival, kw, match):
     kw = {"pool_blocks": 4096, "step_time": FLAT, **kw}
@@ -196,3 +200,40 @@ def test_bad_input_is_refused(requests, arrival, kw, match):
 def test_step_law_refuses_a_zero_base():
     with pytest.raises(ValueError, match="base_s"):
         LinearStepTime(0.0, 1e-5)
+
+
+@pytest.mark.parametrize("lists_below, table_above", [(0, 0), (10**9, 10**9), (3, 5)])
+def test_list_and_table_states_give_the_same_run(monkeypatch, lists_below, table_above):
+    # the engine keeps few running requests in lists and many in a numpy table; all lists,
+    # all table, and switching back and forth often must give the default's run exactly
+    rng = np.random.default_rng(11)
+    n = 400
+    req = np.column_stack((rng.integers(1, 1500, n), rng.integers(1, 300, n)))
+    arr = np.cumsum(rng.gamma(0.25, 4 / 15, n))          # bursty, 15 requests/s
+    kw = dict(pool_blocks=900, max_num_batched_tokens=2048, max_num_seqs=64,
+              step_time=LinearStepTime(6e-3, 6e-5, 3e-9))
+    default = simulate_serving(req, arr, **kw)
+    monkeypatch.setattr(scheduler, "LIST_BELOW", lists_below)
+    monkeypatch.setattr(scheduler, "TABLE_ABOVE", table_above)
+    other = simulate_serving(req, arr, **kw)
+    assert default.preemptions > 0
+    assert (other.steps, other.preemptions) == (default.steps, default.preemptions)
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        np.testing.assert_array_equal(getattr(other, name), getattr(default, name))
+    np.testing.assert_array_equal(np.sort(np.repeat(other.itl_s, other.itl_weight)),
+                                  np.sort(np.repeat(default.itl_s, default.itl_weight)))
+
+
+@pytest.mark.parametrize("lists_below", [0, 10**9])
+def test_a_last_prompt_chunk_of_one_token_gives_the_first_token(monkeypatch, lists_below):
+    # 2,049 tokens, budget 2,048: step 1 computes 2,048, step 2 the last prompt token and
+    # samples the first output token (2 ms); 2 decodes more → 4 ms
+    monkeypatch.setattr(scheduler, "LIST_BELOW", lists_below)
+    monkeypatch.setattr(scheduler, "TABLE_ABOVE", lists_below)
+    alone = run([[2049, 3]], max_num_batched_tokens=2048)
+    assert (alone.ttft_s[0], alone.e2e_s[0]) == pytest.approx((2 * MS, 4 * MS))
+    r = run([[2049, 3], [10, 5]], max_num_batched_tokens=2048)
+    # B (10 tokens) waits behind A's first chunk (budget spent): admitted in step 2 with A's
+    # last prompt token, first token at 2 ms, 4 more → 6 ms
+    np.testing.assert_allclose(r.ttft_s, [2 * MS, 2 * MS])
+    np.testing.assert_allclose(r.e2e_s, [4 * MS, 6 * MS])

@@ -40,6 +40,8 @@ def chat(n: int, rate: float, *, seed: int = 0, cv: float = 1.0,
 
 def assert_agrees(ours: ServingRun, theirs: ServingRun) -> None:
     """Issue 19's tolerances: percentiles within 5 % or 2 ms, throughput within 2 %."""
+    for run in (ours, theirs):
+        assert np.isfinite(run.ttft_s).all() and np.isfinite(run.e2e_s).all()
     for name in ("ttft_s", "tpot_s", "e2e_s"):
         a, b = getattr(ours, name), getattr(theirs, name)
         for q in (50, 90, 99):
@@ -85,11 +87,11 @@ def test_max_num_seqs_and_block_size_as_vllm():
     assert_agrees(simulate_serving(req, arr, **kw), vllm_run(req, arr, **kw))
 
 
-@settings(max_examples=6, derandomize=True, deadline=None,
+@settings(max_examples=8, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 40), rate=st.floats(0.5, 200.0), cv=st.sampled_from([0.5, 1.0, 4.0]),
-       pool=st.integers(80, 1000), budget=st.sampled_from([256, 2048, 8192]),
-       seqs=st.sampled_from([4, 256]), seed=st.integers(0, 2**16))
+       pool=st.integers(80, 1000), budget=st.sampled_from([64, 256, 2048, 8192]),
+       seqs=st.sampled_from([4, 64]), seed=st.integers(0, 2**16))
 def test_generated_workloads_as_vllm(n, rate, cv, pool, budget, seqs, seed):
     req, arr = chat(n, rate, seed=seed, cv=cv, prompt=(1, 1000), output=(1, 200))
     kw = dict(pool_blocks=pool, step_time=LAW, max_num_batched_tokens=budget,

@@ -30,11 +30,22 @@ arrival, TPOT = (finish − first token) ÷ (output − 1), defined as 0 for a o
 ``vllm bench serve`` does for its goodput; its TPOT statistics leave those requests out, and so
 does ``ServingRun.summary``). ITL: the time between a request's consecutive tokens.
 
-Speed: runs of pure decode steps (every running request decoding, nothing admissible) are
-advanced many steps at once; a ``step_time`` with a ``decode_steps(computed, n_steps)`` method
-(``LinearStepTime`` has one) gives their times in one call, any other callable is called once per
-step with the same batches and gives the same result. Prefix caching is not simulated: kvlib's
-``VllmBlockCache`` replays one request at a time, not requests sharing the pool concurrently.
+Checked against vLLM's own scheduler (``kvlib.engines.vllm_oracle.vllm_serving_run``, driven on
+the same virtual clock): the same steps, preemptions and latencies to rounding
+(``tests/test_serving_sim_oracle.py``).
+
+Speed: runs of pure decode steps (every running request decoding, nothing admissible) advance
+many steps at once, up to the first finish, the last step the pool has blocks for, or the next
+arrival; a ``step_time`` with a ``decode_steps(computed, n_steps)`` method (``LinearStepTime``
+has one) gives a run's step times in one call, any other callable is called once per step with
+the same batches and gives the same result. Below ``LIST_BELOW`` running requests the state is
+kept in Python lists, above ``TABLE_ABOVE`` in a numpy table (numpy's cost per call outweighs a
+short loop); both give the same run. 10,000 chat requests take under a second.
+
+Not simulated: prefix caching (kvlib's ``VllmBlockCache`` replays one request at a time, not
+requests sharing the pool concurrently), priority scheduling, speculative decoding, KV
+connectors, ``long_prefill_token_threshold``, a watermark, and ``max_model_len`` (a request is
+assumed to fit it).
 """
 from __future__ import annotations
 
@@ -76,15 +87,15 @@ class LinearStepTime:
 
     def __call__(self, batch: ArrayLike) -> float:
         """Seconds for one step; ``batch`` rows are (tokens scheduled, tokens already computed)."""
-        b = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
-        return float(self._time(int(b[:, 0].sum()), int(b[:, 1].sum())))
+        scheduled, context = np.asarray(batch, dtype=np.int64).reshape(-1, 2).sum(axis=0).tolist()
+        return float(self._time(scheduled, context))
 
     def decode_steps(self, computed: NDArray[np.int64], n_steps: int) -> NDArray[np.float64]:
         """Seconds of ``n_steps`` consecutive decode steps of the requests holding ``computed``
         tokens at the first (each schedules 1 token a step; the same numbers ``__call__`` gives)."""
         k = len(computed)
-        context = int(computed.sum()) + k * np.arange(n_steps, dtype=np.int64)
-        return self._time(k, context).astype(np.float64)
+        start = int(computed.sum())
+        return self._time(k, np.arange(start, start + k * n_steps, k, dtype=np.int64)[:n_steps])
 
 
 def _weighted_percentile(values: NDArray[np.float64], weights: NDArray[np.int64],
@@ -190,6 +201,9 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     bs = positive_integer("block_size", block_size)
     max_seqs = positive_integer("max_num_seqs", max_num_seqs)
     budget_max = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
+    if budget_max < max_seqs:
+        raise ValueError(f"max_num_batched_tokens ({budget_max:,}) must be >= max_num_seqs "
+                         f"({max_seqs:,}), as vLLM requires")
     if not callable(step_time):
         raise ValueError(f"step_time must be callable, got {step_time!r}")
     need = -(-(prompt + output - 1) // bs)
@@ -205,12 +219,15 @@ def _cdiv(x: int, d: int) -> int:
 
 
 ID, COMP, SEQ, REM = range(4)      # columns of the running table
+LIST_BELOW, TABLE_ABOVE = 24, 48   # running requests: lists below, a numpy table above
+_SAMPLED = np.array((1, -1))       # a sampled token: sequence + 1, tokens to sample − 1
 
 
 class _Engine:
-    """The state of one run. ``run`` (k × 4 ints) holds the running requests in vLLM's running
-    order: id, computed tokens, sequence (prompt + tokens sampled), tokens still to sample;
-    ``last`` their last token times. ``held`` = Σ ceil(computed / block size) blocks in use.
+    """The state of one run. ``run_`` (k × 4 ints; ``rows`` as lists when few run) holds the
+    running requests in vLLM's running order: id, computed tokens, sequence (prompt + tokens
+    sampled), tokens still to sample; ``last`` (``last_l``) their last token times. ``held`` =
+    Σ ceil(computed / block size), the blocks in use.
     """
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
@@ -219,6 +236,7 @@ class _Engine:
         self.prompt, self.output, self.arrival = prompt, output, arrival
         self.n = len(prompt)
         self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
+        self.list_below, self.table_above = LIST_BELOW, TABLE_ABOVE
         self.step_time = step_time
         self.decode_steps = getattr(step_time, "decode_steps", None)
         self.held = 0
@@ -236,7 +254,13 @@ class _Engine:
         self.next_arrival = 0
         self.run_ = np.zeros((0, 4), dtype=np.int64)
         self.last = np.zeros(0)
-        self.all_decode = True        # every running request needs exactly 1 token
+        self.all_decode = True        # every running request decodes (1 token, not its first)
+        self.unfirst = 0              # running requests still without their first token
+        # below list_below running requests the state moves to lists (rows, last_l), above
+        # table_above back to the table: numpy's cost per call outweighs a short loop
+        self.rows: list[list[int]] | None = None
+        self.last_l: list[float] = []
+        self.itl_one_f: list[float] = []
 
     def _arrive(self) -> None:
         i = self.next_arrival
@@ -253,8 +277,7 @@ class _Engine:
                              f"got {dt!r}")
         return float(dt)
 
-    def _head_admissible(self) -> bool:
-        k = len(self.run_)
+    def _head_admissible(self, k: int) -> bool:
         if not self.waiting or k >= self.max_seqs or k >= self.budget:
             return False
         h = self.waiting[0]
@@ -267,21 +290,28 @@ class _Engine:
         done = 0
         while done < self.n:
             self._arrive()
-            if not len(self.run_) and not self.waiting:
+            k = len(self.run_) if self.rows is None else len(self.rows)
+            if not k and not self.waiting:
                 self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
                 continue
-            if (self.all_decode and len(self.run_) and len(self.run_) <= self.budget
-                    and not self._head_admissible()):
-                done += self._decode_run()
+            if self.rows is None and k < self.list_below:
+                self._to_lists()
+            elif self.rows is not None and k > self.table_above:
+                self._to_table()
+            decode = (self.all_decode and 0 < k <= self.budget
+                      and not self._head_admissible(k))
+            if self.rows is not None:
+                done += self._decode_run_py() if decode else self._step_py()
             else:
-                done += self._step()
+                done += self._decode_run() if decode else self._step()
+        assert self.unfirst == 0 and not self.held, "a request left running"
         first, finish, arrival, output = self.first, self.finish, self.arrival, self.output
         if not np.isfinite(finish).all():
             raise ValueError("step_time gave a time that is not finite")
         multi = output > 1
         tpot = np.zeros(self.n)
         tpot[multi] = (finish[multi] - first[multi]) / (output[multi] - 1)
-        ones = np.concatenate(self.itl_one) if self.itl_one else np.zeros(0)
+        ones = np.concatenate(self.itl_one + [np.asarray(self.itl_one_f, dtype=np.float64)])
         itl_v = np.concatenate([ones, np.asarray(self.itl_v, dtype=np.float64)])
         itl_w = np.concatenate([np.ones(len(ones), dtype=np.int64),
                                 np.asarray(self.itl_k, dtype=np.int64)])
@@ -289,23 +319,11 @@ class _Engine:
                           finish - arrival, itl_v, itl_w, self.preemptions,
                           self.steps, float(finish.max() - arrival[0]))
 
-    def _decode_run(self) -> int:
-        """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
-        admitted: up to the first finish, the last step whose blocks the pool still has, and
-        (with nothing waiting) the last step that starts before the next arrival."""
-        run, bs = self.run_, self.bs
-        comp = run[:, COMP]
-        k = len(run)
-        free = self.pool - self.held
-        m = int(run[:, REM].min())
-        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
-            # a request needs a new block on the steps where its computed tokens are a
-            # multiple of bs
-            hist = np.bincount(comp % bs, minlength=bs)
-            demand = np.cumsum(hist[(-np.arange(m)) % bs])
-            m = int(np.searchsorted(demand, free, side="right"))
-            if m == 0:
-                return self._step()
+    def _run_times(self, comp: NDArray[np.int64], m: int
+                   ) -> tuple[int, NDArray[np.float64], NDArray[np.float64]]:
+        """Steps of a decode run of the requests holding ``comp`` tokens (at most ``m``; with
+        nothing waiting, only those starting before the next arrival), their seconds and the
+        clock at each step's start and end (``ends[j]``: start of step j)."""
         t_next = (float(self.arrival[self.next_arrival])
                   if not self.waiting and self.next_arrival < self.n else math.inf)
         if self.decode_steps is not None:
@@ -315,17 +333,35 @@ class _Engine:
             ends = np.cumsum(np.concatenate(([self.clock], dt)))
             if t_next < math.inf:      # step j starts at ends[j]; keep those starting before
                 m = min(m, int(np.searchsorted(ends[1:m], t_next, side="left")) + 1)
-        else:
-            times: list[float] = []
-            t = self.clock
-            ones = np.ones(k, dtype=np.int64)
-            while len(times) < m and (not times or t < t_next):
-                d = self._time(np.column_stack((ones, comp + len(times))))
-                times.append(d)
-                t += d
-            m = len(times)
-            dt = np.asarray(times)
-            ends = np.cumsum(np.concatenate(([self.clock], dt)))
+            return m, dt, ends
+        times: list[float] = []
+        t = self.clock
+        ones = np.ones(len(comp), dtype=np.int64)
+        while len(times) < m and (not times or t < t_next):
+            d = self._time(np.column_stack((ones, comp + len(times))))
+            times.append(d)
+            t += d
+        dt = np.asarray(times)
+        return len(times), dt, np.cumsum(np.concatenate(([self.clock], dt)))
+
+    def _decode_run(self) -> int:
+        """Advance m ≥ 1 steps in which every running request decodes one token and nothing is
+        admitted: up to the first finish, the last step whose blocks the pool still has, and
+        (with nothing waiting) the last step that starts before the next arrival."""
+        run, bs = self.run_, self.bs
+        comp = run[:, COMP]
+        k = len(run)
+        free = self.pool - self.held
+        m = m_finish = int(run[:, REM].min())
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            # a request needs a new block on the steps where its computed tokens are a
+            # multiple of bs
+            hist = np.bincount(comp % bs, minlength=bs)
+            demand = np.cumsum(hist[(-np.arange(m)) % bs])
+            m = int(np.searchsorted(demand, free, side="right"))
+            if m == 0:
+                return self._step()
+        m, dt, ends = self._run_times(comp, m)
         run = run + np.array((0, m, m, -m))
         self.run_ = run
         self.held = self._held(run[:, COMP])
@@ -336,7 +372,7 @@ class _Engine:
         self.clock = float(ends[m])
         self.last = np.full(k, self.clock)
         self.steps += m
-        return self._finish(run[:, REM] == 0)
+        return self._finish(run[:, REM] == 0) if m == m_finish else 0
 
     def _finish(self, fin: NDArray[np.bool_]) -> int:
         """Retire the running requests ``fin`` marks, which sampled their last token now."""
@@ -377,6 +413,7 @@ class _Engine:
         else:
             sched = np.zeros(0, dtype=np.int64)
             left = budget
+        k0, unfirst0 = len(run), self.unfirst      # before admission
         if not preempted and left > 0 and self.waiting:
             rows: list[tuple[int, int, int, int]] = []
             adm_sched: list[int] = []
@@ -399,6 +436,7 @@ class _Engine:
                 adm_sched.append(s)
                 adm_last.append(self.last_out[h])
                 n_run += 1
+                self.unfirst += not p_h
             self.held = self.pool - free
             if rows:
                 run = np.concatenate((run, np.array(rows, dtype=np.int64)))
@@ -417,13 +455,24 @@ class _Engine:
             batch = np.column_stack((sched[on], run[on, COMP]))
         self.clock += self._time(batch)
         self.steps += 1
-        run = run.copy() if run is self.run_ else run
-        run[:, COMP] += sched
+        run[:, COMP] += sched                  # (the table is this engine's own: in place)
         sampled = run[:, COMP] == run[:, SEQ]
         if on is not None:
             sampled &= on
-        if sampled.all():
-            run[:, SEQ:] += np.array((1, -1))
+        every = bool(sampled.all())            # then each needs 1 token next
+        if every and not unfirst0 and self.unfirst - unfirst0 == len(run) - k0:
+            # the common step: all sampled, the running requests a later token each, the
+            # admitted ones (all new) their first
+            run[:, SEQ:] += _SAMPLED
+            if k0:
+                self.itl_one.append(self.clock - self.last[:k0])
+            if len(run) > k0:
+                self.first[run[k0:, ID]] = self.clock
+                self.unfirst = 0
+            self.last = np.full(len(run), self.clock)
+            s_id = None
+        elif every:
+            run[:, SEQ:] += _SAMPLED
             s_id = run[:, ID]
             was = self.last
             self.last = np.full(len(run), self.clock)
@@ -438,39 +487,53 @@ class _Engine:
             s_id = None
         self.run_ = run
         if s_id is not None:
-            firsts = np.isnan(self.first[s_id])
-            if firsts.all():
-                self.first[s_id] = self.clock
-            elif firsts.any():
-                self.first[s_id[firsts]] = self.clock
-                self.itl_one.append(self.clock - was[~firsts])
-            else:
+            firsts = np.isnan(self.first[s_id]) if self.unfirst else None
+            if firsts is None or not firsts.any():
                 self.itl_one.append(self.clock - was)
+            elif firsts.all():
+                self.first[s_id] = self.clock
+                self.unfirst -= len(s_id)
+            else:
+                self.first[s_id[firsts]] = self.clock
+                self.unfirst -= int(firsts.sum())
+                self.itl_one.append(self.clock - was[~firsts])
         done = self._finish(run[:, REM] == 0)
         run = self.run_
-        self.all_decode = bool((run[:, SEQ] - run[:, COMP] == 1).all())
+        # a decode run needs every request to need 1 token and to have its first token (a
+        # prompt's last token left alone is not a decode: it gives the first token)
+        self.all_decode = not self.unfirst and (
+            every or bool((run[:, SEQ] - run[:, COMP] == 1).all()))
         return done
 
     def _running_with_preemption(self, sched: NDArray[np.int64]
                                  ) -> tuple[NDArray[np.int64], bool]:
         """vLLM's running pass when blocks run out: each request in order allocates its blocks,
-        preempting the last running request until it can (or until it preempted itself)."""
+        preempting the last running request until it can (or until it preempted itself). The
+        requests that fit are found a stretch at a time; preemptions go one by one."""
         bs = self.bs
         run = self.run_
+        comp = run[:, COMP]
+        grown = (comp + sched + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+        stop = int(np.count_nonzero(sched))    # past it the budget is spent: the pass stopped
         n_run = len(run)
-        ids, comp_l, seq_l = run[:, ID].tolist(), run[:, COMP].tolist(), run[:, SEQ].tolist()
-        sched_l = sched.tolist()
         free = self.pool - self.held
         i = 0
-        while i < n_run and sched_l[i] > 0:    # sched 0: the budget is spent, the pass stopped
-            c = comp_l[i]
-            grow = _cdiv(c + sched_l[i], bs) - _cdiv(c, bs)
+        while i < min(stop, n_run):
+            cum = np.cumsum(grown[i:min(stop, n_run)])
+            fit = int(np.searchsorted(cum, free, side="right"))   # the next `fit` fit
+            if fit:
+                free -= int(cum[fit - 1])
+                i += fit
+            if i >= min(stop, n_run):
+                break
+            grow = int(grown[i])
             while grow > free:
                 n_run -= 1                      # preempt the last running request
-                victim = ids[n_run]
-                free += _cdiv(comp_l[n_run], bs)
+                victim = int(run[n_run, ID])
+                free += _cdiv(int(run[n_run, COMP]), bs)
                 self.preemptions += 1
-                self.produced[victim] = seq_l[n_run] - int(self.prompt[victim])
+                self.produced[victim] = int(run[n_run, SEQ]) - int(self.prompt[victim])
+                self.unfirst -= not self.produced[victim]
                 self.last_out[victim] = float(self.last[n_run])
                 self.waiting.appendleft(victim)
                 if n_run == i:                  # it preempted itself: the pass ends
@@ -481,6 +544,162 @@ class _Engine:
             i += 1
         self.held = self.pool - free
         self.run_, self.last = run[:n_run], self.last[:n_run]
-        out = np.asarray(sched_l[:n_run], dtype=np.int64)
+        out = sched[:n_run].copy()
         out[i:] = 0
         return out, True
+
+    # --- the same steps on Python lists, faster for a few running requests --------------------
+    def _to_lists(self) -> None:
+        self.rows, self.last_l = self.run_.tolist(), self.last.tolist()
+
+    def _to_table(self) -> None:
+        assert self.rows is not None
+        self.run_ = np.array(self.rows, dtype=np.int64).reshape(-1, 4)
+        self.last = np.array(self.last_l, dtype=np.float64)
+        self.rows = None
+
+    def _decode_run_py(self) -> int:
+        """``_decode_run`` on lists."""
+        rows, bs = self.rows, self.bs
+        assert rows is not None
+        k = len(rows)
+        free = self.pool - self.held
+        m = m_finish = min(r[REM] for r in rows)
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            hist = [0] * bs
+            for r in rows:
+                hist[r[COMP] % bs] += 1
+            demand, fits = 0, 0
+            for j in range(m):
+                demand += hist[-j % bs]
+                if demand > free:
+                    break
+                fits = j + 1
+            m = fits
+            if m == 0:
+                return self._step_py()
+        comp = np.array([r[COMP] for r in rows], dtype=np.int64)
+        m, dt, ends = self._run_times(comp, m)
+        held = 0
+        for r in rows:
+            r[COMP] += m
+            r[SEQ] += m
+            r[REM] -= m
+            held += (r[COMP] + bs - 1) // bs
+        self.held = held
+        e1 = float(ends[1])
+        self.itl_one_f += [e1 - t for t in self.last_l]
+        if m > 1:
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
+        self.clock = float(ends[m])
+        self.last_l = [self.clock] * k
+        self.steps += m
+        return self._finish_py() if m == m_finish else 0
+
+    def _finish_py(self) -> int:
+        rows = self.rows
+        assert rows is not None
+        if all(r[REM] for r in rows):
+            return 0
+        keep, last, done, bs = [], [], 0, self.bs
+        for r, t in zip(rows, self.last_l):
+            if r[REM]:
+                keep.append(r)
+                last.append(t)
+            else:
+                self.finish[r[ID]] = self.clock
+                self.held -= (r[COMP] + bs - 1) // bs
+                done += 1
+        self.rows, self.last_l = keep, last
+        return done
+
+    def _step_py(self) -> int:
+        """``_step`` (running pass with its preemptions, waiting pass, sampling) on lists."""
+        rows, last_l = self.rows, self.last_l
+        assert rows is not None
+        bs, left = self.bs, self.budget
+        free = self.pool - self.held
+        sched: list[int] = []
+        n_run = len(rows)
+        preempted = False
+        i = 0
+        while i < n_run and left > 0:
+            r = rows[i]
+            c = r[COMP]
+            s = r[SEQ] - c
+            if s > left:
+                s = left
+            grow = (c + s + bs - 1) // bs - (c + bs - 1) // bs
+            while grow > free:
+                n_run -= 1                      # preempt the last running request
+                v = rows[n_run]
+                free += -(-v[COMP] // bs)
+                self.preemptions += 1
+                preempted = True
+                self.produced[v[ID]] = v[SEQ] - int(self.prompt[v[ID]])
+                self.unfirst -= not self.produced[v[ID]]
+                self.last_out[v[ID]] = last_l[n_run]
+                self.waiting.appendleft(v[ID])
+                if n_run == i:
+                    break
+            if n_run == i:
+                break
+            free -= grow
+            left -= s
+            sched.append(s)
+            i += 1
+        if preempted:
+            del rows[n_run:]
+            del last_l[n_run:]
+        pairs = [(s, r[COMP]) for s, r in zip(sched, rows)]
+        if not preempted and left > 0 and self.waiting:
+            waiting, prompt, produced, output = self.waiting, self.prompt, self.produced, \
+                self.output
+            while left > 0 and waiting and n_run < self.max_seqs:
+                h = waiting[0]
+                p_h = produced[h]
+                s_h = int(prompt[h]) + p_h
+                if -(-s_h // bs) > free:
+                    break
+                waiting.popleft()
+                s = min(s_h, left)
+                free -= -(-s // bs)
+                left -= s
+                rows.append([h, 0, s_h, int(output[h]) - p_h])
+                last_l.append(self.last_out[h])
+                self.unfirst += not p_h
+                sched.append(s)
+                pairs.append((s, 0))
+                n_run += 1
+        self.held = self.pool - free
+        if not pairs:
+            raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                               "request alone)")
+        clock = self.clock = self.clock + self._time(np.array(pairs, dtype=np.int64))
+        self.steps += 1
+        first, itl = self.first, self.itl_one_f
+        decodes = len(sched) == len(rows)      # a decode run may follow (checked below)
+        ending = False
+        for j, s in enumerate(sched):
+            r = rows[j]
+            c = r[COMP] + s
+            r[COMP] = c
+            if c == r[SEQ]:
+                r[SEQ] = c + 1
+                r[REM] -= 1
+                ending = ending or not r[REM]
+                rid = r[ID]
+                if math.isnan(first[rid]):
+                    first[rid] = clock
+                    self.unfirst -= 1
+                else:
+                    itl.append(clock - last_l[j])
+                last_l[j] = clock
+            else:
+                decodes = False                 # still prefilling
+        done = self._finish_py() if ending else 0
+        # every request decodes next: each sampled (its first token included) and needs 1
+        self.all_decode = decodes or (not self.unfirst
+                                      and all(r[SEQ] - r[COMP] == 1 for r in self.rows or ()))
+        return done
