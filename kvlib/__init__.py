@@ -29,10 +29,12 @@ from .engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool
 from .engines.launch import LaunchCommand, launch_command
 from .engines.pools import engine_comparison, kv_pool
 from .engines.prefix import BlockTrace, PrefixReplay, replay_prefix_cache
+from .engines.scheduler import ServingRun, simulate_serving
 from .speed.roofline import (CALIBRATED, DATASHEET, Efficiency, Step, critical_batch,
                              decode_step, prefill_step, step_time)
 from .serve.cost import (cost_per_million_tokens, dollars_per_hour_for_cost,
                          tokens_per_second_for_cost)
+from .serve.load import SLO, SLOCapacity, bench_serve, max_rate_at_slo
 from .serve.prefix_cost import input_cost_per_million
 from .serve.routing import route_requests
 from .serve.serving import BatchTooLarge, DoesNotFit, ServingPoint, serving_point
@@ -52,11 +54,12 @@ __all__ = [
     "OutOfBlocksError", "SimResult", "prefix_reuse_lost", "reserved_tokens", "simulate",
     "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool", "engine_comparison",
     "LaunchCommand", "launch_command",
-    "BlockTrace", "PrefixReplay", "replay_prefix_cache",
+    "BlockTrace", "PrefixReplay", "replay_prefix_cache", "ServingRun", "simulate_serving",
     "CALIBRATED", "DATASHEET", "Efficiency", "Step", "critical_batch", "decode_step",
     "prefill_step", "step_time",
     "cost_per_million_tokens", "dollars_per_hour_for_cost", "tokens_per_second_for_cost",
     "input_cost_per_million", "route_requests",
+    "SLO", "SLOCapacity", "bench_serve", "max_rate_at_slo",
     "BatchTooLarge", "DoesNotFit", "ServingPoint", "serving_point",
     "VERDICTS", "recheck", "recheck_all",
 ]

@@ -105,10 +105,12 @@ def test_the_benchmark(clone):
     assert make_recipe("bench")[1] == [".venv/bin/python -m kvlib.report.bench"]
     assert make_recipe("html")[1] == [".venv/bin/jupyter-book build -W -n --keep-going book"]
     (line,) = [c for c in COMMANDS if c.startswith("python -m kvlib.report.bench")]
-    small = f"{line} 2000 --chat-sessions 0 --trace-requests 2000"
+    small = f"{line} 2000 --chat-sessions 0 --trace-requests 2000 --serving-requests 200 --vllm-requests 0"
     out = sh(clone, small.replace("python", f"{sys.executable}", 1), data=False).stdout
     assert re.search(r"2,000 requests: .* requests/s", out)
     assert re.search(r"trace form: 2,000 requests", out)
+    assert re.search(r"simulate_serving, knee \(8/s\), 200 requests: ", out)
+    assert re.search(r"max_rate_at_slo, .*requests/s within the target", out)
 
 
 def test_unset_kvlib_data_brings_the_published_data_back(clone):
