@@ -2,7 +2,8 @@
 
 ``read_config(config, name)`` turns a published config (as a dict) into an :class:`Architecture`:
 one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
-shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet), the MLP/MoE shapes,
+shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet, MiniMax lightning
+attention), the MLP/MoE shapes,
 vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.params`` (the
 parameter counts), ``kvlib.capacity`` (the activation width, the vocabulary) and
 ``kvlib.crosscheck`` all work from this record; no other module reads config keys.
@@ -264,7 +265,7 @@ class LayerSpec:
 
     mixer: ``full``/``sliding``/``chunked`` softmax attention (all tokens, a sliding window,
     or the current chunk of ``attention_chunk_size`` tokens), ``mla`` latent attention,
-    ``mamba1``/``mamba2``/``gated_deltanet`` recurrent mixers, ``parallel`` (softmax attention
+    ``mamba1``/``mamba2``/``gated_deltanet``/``lightning`` recurrent mixers, ``parallel`` (softmax attention
     and a Mamba-2 mixer side by side, Falcon-H1), ``none`` (an MLP/MoE-only block); ffn:
     ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block).
     """
