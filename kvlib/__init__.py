@@ -12,8 +12,9 @@ Every public name is importable from here (``kvlib.kv_pool``, ``kvlib.Deployment
 from .core.units import DTYPE_BITS, GB, GIB, KB, KIB, MB, MIB, dtype_bytes
 from .model.formats import FORMATS as KV_FORMATS
 from .model.formats import KVFormat, WeightFormat, kv_format, weight_format
-from .model.layers import (AttentionLayer, GatedDeltaNetLayer, IndexerKeyLayer, Mamba1Layer,
-                           Mamba2Layer, MLALayer, StatelessLayer, heads_per_gpu,
+from .model.layers import (AttentionLayer, GatedDeltaNetLayer, IndexerKeyLayer,
+                           LightningAttentionLayer, Mamba1Layer, Mamba2Layer, MLALayer,
+                           StatelessLayer, heads_per_gpu,
                            mamba_groups_per_gpu, split_evenly)
 from .model.model import Model, model_from_layers
 from .model.params import ParamCounts, count_params, weight_bytes
@@ -43,7 +44,8 @@ from .report.recheck import VERDICTS, recheck, recheck_all
 __all__ = [
     "DTYPE_BITS", "GB", "GIB", "KB", "KIB", "MB", "MIB", "dtype_bytes",
     "KV_FORMATS", "KVFormat", "WeightFormat", "kv_format", "weight_format",
-    "AttentionLayer", "GatedDeltaNetLayer", "IndexerKeyLayer", "Mamba1Layer", "Mamba2Layer",
+    "AttentionLayer", "GatedDeltaNetLayer", "IndexerKeyLayer", "LightningAttentionLayer",
+    "Mamba1Layer", "Mamba2Layer",
     "MLALayer", "StatelessLayer", "heads_per_gpu", "mamba_groups_per_gpu", "split_evenly",
     "Model", "model_from_layers", "ParamCounts", "count_params", "weight_bytes",
     "data_dir", "load_model", "model_record", "model_slugs", "registry_table", "resolve_model",

@@ -1,4 +1,4 @@
-"""The config corpus (data/config_corpus/): 64 published config.json files of 2025-2026 models
+"""The config corpus (data/config_corpus/): 65 published config.json files of 2025-2026 models
 that the reader was not written for. Each must be sized, or refused by name for a field that
 really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
 a name-pattern guess alone. CORPUS_REPORT.md gives the modeling code behind each verdict."""
@@ -43,7 +43,9 @@ def test_the_corpus_is_there_and_apart_from_the_registry():
     assert not registry & set(RECORDS)
     for slug, record in RECORDS.items():
         assert record["slug"] == slug
-        assert record["source"]["url"].startswith("https://huggingface.co/")
+        # a Hugging Face page, or the model maker's own GitHub repository (MiniMax-M1)
+        assert record["source"]["url"].startswith(("https://huggingface.co/",
+                                                   "https://github.com/MiniMax-AI/"))
         assert record["source"]["note"] and record["source"]["accessed"]
 
 
@@ -85,6 +87,9 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     ("nemotron-3.5-lightning-30b-a3b-nvfp4", 2 * 6 * 2 * 128 * 2),
     # Muse-Glimmer-30B, below its 2,048-token window: 2 × 52 layers × 2 KV heads × 128 × 2
     ("muse-glimmer-30b", 2 * 52 * 2 * 128 * 2),
+    # MiniMax-M1, attn_type_list: only its 10 softmax layers (every 8th) grow per token:
+    # 2 × 10 × 8 KV heads × 128 × 2 B = 40,960 (the 70 lightning layers add nothing per token)
+    ("minimax-m1", 2 * 10 * 8 * 128 * 2),
 ])
 def test_exact_bytes_per_token(slug, expected):
     assert Model.from_hf_config(RECORDS[slug]["config"], slug).kv_bytes_per_token("bf16") == expected
@@ -116,14 +121,52 @@ def test_family_knowledge_does_not_leak_to_other_families():
         Model.from_hf_config({**glm, "qk_head_dim": 255})
 
 
-def test_minimax_lightning_layers_are_refused():
+def test_minimax_m1_lightning_attention_keeps_a_constant_state():
+    config = RECORDS["minimax-m1"]["config"]
+    m = Model.from_hf_config(config, "minimax-m1")
+    # attn_type_list: 0 lightning (linear) attention, 1 softmax; every 8th layer is softmax
+    assert m.layer_counts() == {"lightning": 70, "full": 10}
+    assert [i for i, lay in enumerate(m.layers) if lay.kind == "full"] == list(range(7, 80, 8))
+    # per lightning layer, one K^T V state per head: 64 heads × 128 × 128 × 2 B (bf16)
+    # = 2,097,152 B; 70 layers → 146,800,640 B (140 MiB) per sequence, at any length. The
+    # config gives no torch_dtype, so the state dtype must be named (bf16, the checkpoint's)
+    assert m.layers[0].state_bytes(1, "bf16") == 64 * 128 * 128 * 2 == 2_097_152
+    assert m.state_bytes(state_dtype="bf16") == 70 * 2_097_152 == 146_800_640
+    with pytest.raises(ValueError, match="no torch_dtype"):
+        m.state_bytes()
+    # tp = 8: 8 heads per GPU → 70 × 8 × 128 × 128 × 2 = 18,350,080 B per GPU
+    assert m.state_bytes(tp=8, state_dtype="bf16") == 18_350_080
+    # a 131,072-token sequence: 131,072 × 40,960 + 146,800,640 = 5,515,509,760 B
+    assert m.kv_bytes(131_072, state_dtype="bf16") == 131_072 * 40_960 + 146_800_640
+    # 456 B parameters (MiniMax-M1's published total: 456 B, 45.9 B active)
+    from kvlib.model.params import count_architecture
+    assert round(count_architecture(m.architecture).total / 1e9) == 456
+    with pytest.raises(ValueError, match="attn_type_list has entries 2"):
+        Model.from_hf_config({**config, "attn_type_list": [2] * 80})
+
+
+def test_minimax_m2_lists_softmax_attention_everywhere():
     config = RECORDS["minimax-m2.7"]["config"]
     assert set(config["attn_type_list"]) == {1}  # MiniMax-M2: softmax attention everywhere
-    mixed = {**config, "attn_type_list": [0] * 61 + [1]}
-    with pytest.raises(ValueError, match="61 lightning \\(linear\\) attention layers"):
-        Model.from_hf_config(mixed)
+    assert set(Model.from_hf_config(config).layer_counts()) == {"full"}
     with pytest.raises(ValueError, match="describes 3 layers"):
         Model.from_hf_config({**config, "attn_type_list": [1, 1, 1]})
+
+
+def test_mtp_layers_are_read_and_not_counted():
+    # vLLM 0.33 caches an MTP layer only in the draft model of speculative decoding by MTP
+    # (deepseek_mtp.py; the target model is make_layers(num_hidden_layers)): kvlib serves
+    # without it, so num_nextn_predict_layers adds no cache, no weights and no refusal
+    from kvlib.model.hf_config import READ_KEYS
+    assert "num_nextn_predict_layers" in READ_KEYS and "num_nextn_predict_layers" not in REFUSED_KEYS
+    config = RECORDS["deepseek-v3.1"]["config"]
+    assert config["num_nextn_predict_layers"] == 1
+    m = Model.from_hf_config(config, "deepseek-v3.1")
+    assert "multi-token-prediction layers not counted" in m.architecture.notes
+    # 61 layers (num_hidden_layers), not 62: 61 × 576 × 2 B
+    assert m.kv_bytes_per_token("bf16") == 61 * (512 + 64) * 2
+    without = {k: v for k, v in config.items() if k != "num_nextn_predict_layers"}
+    assert Model.from_hf_config(without).layers == m.layers
 
 
 def test_parameter_refusals_are_listed():

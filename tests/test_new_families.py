@@ -262,3 +262,73 @@ def test_chunked_and_indexer_against_vllm(vllm_specs):
     assert uniform is not None
     pool = kv_pool("deepseek-v3.2", "h200", n_gpus=8, weight_dtype="fp8")
     assert pool.block_bytes == uniform.page_size_bytes
+
+
+# --- MiniMax-M1: lightning (linear) attention beside softmax attention --------------------------
+
+def _minimax_m1() -> dict:
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "data" / "config_corpus" / "minimax-m1.json"
+    return json.loads(path.read_text())["config"]
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_minimax_m1_lightning_state_against_vllm(vllm_specs, tp):
+    v, cfg = vllm_specs, _minimax_m1()
+    torch = v["torch"]
+    from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator
+    # vllm/model_executor/layers/mamba/linear/base.py (LinearAttention, MiniMax's lightning
+    # attention): state (num_attention_heads // tp, head_dim, head_dim) in the model dtype
+    # ("auto" mamba_cache_dtype): 64/tp × 128 × 128 × 2 B = 2,097,152 / tp per layer
+    shapes = v["shapes"].linear_attention_state_shape(
+        num_heads=cfg["num_attention_heads"], tp_size=tp, head_dim=cfg["head_dim"])
+    dtypes = MambaStateDtypeCalculator.linear_attention_state_dtype(torch.bfloat16, "auto")
+    state = v["mamba"](block_size=1, shapes=shapes, dtypes=dtypes).page_size_bytes
+    assert state == 2_097_152 // tp
+    m = Model.from_hf_config({**cfg, "torch_dtype": "bfloat16"}, "minimax-m1")
+    lightning = next(lay for lay in m.layers if lay.kind == "lightning")
+    assert lightning.state_bytes(tp, "bf16") == state
+    assert m.state_bytes(tp=tp) == 70 * state
+    # the 10 softmax layers: 8 KV heads of 128 (FullAttentionSpec), 4,096 / tp B per token each
+    attn = _vllm_attention_page_1(v, 8, 128, tp)
+    assert m.kv_bytes_per_token("bf16", tp) == 10 * attn
+    # hybrid block: 16 × ceil(2,097,152 / (16 × 4,096)) = 512 tokens at every tp (both halve)
+    full = next(g for g in cache_groups(m, tp=tp) if g.kind == "full")
+    assert full.block_size == _hybrid_block(state, attn) == 512
+
+
+def test_minimax_m1_lightning_state_against_transformers_meta():
+    """transformers 5.24's MiniMax (models/minimax, the hub-converted MiniMax-Text-01/M1 layout:
+    ``layer_types`` linear_attention / full_attention) built on the meta device with MiniMax-M1's
+    geometry, cut to its first 8 layers (7 lightning, then 1 softmax): its ``MiniMaxCache`` keeps
+    one (batch, 64, 128, 128) bf16 ``linear_cache`` tensor per lightning layer and K/V of T tokens
+    on the softmax layer — kvlib's bytes exactly."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg, n, tokens = _minimax_m1(), 8, 300
+    hf = transformers.MiniMaxConfig(
+        hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=n, num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"],
+        vocab_size=cfg["vocab_size"], num_local_experts=cfg["num_local_experts"],
+        num_experts_per_tok=cfg["num_experts_per_tok"], tie_word_embeddings=False,
+        max_position_embeddings=cfg["max_position_embeddings"],
+        layer_types=["full_attention" if k == 1 else "linear_attention"
+                     for k in cfg["attn_type_list"][:n]])
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
+        cache = model(input_ids=torch.zeros((1, tokens), dtype=torch.long),
+                      use_cache=True).past_key_values
+    states = [t for t in cache.linear_cache if isinstance(t, torch.Tensor)]
+    kv = [t for layer in cache.layers for t in (getattr(layer, "keys", None),
+                                                getattr(layer, "values", None))
+          if isinstance(t, torch.Tensor) and t.numel()]
+    cut = Model.from_hf_config({**cfg, "torch_dtype": "bfloat16", "num_hidden_layers": n,
+                                "attn_type_list": cfg["attn_type_list"][:n]})
+    assert len(states) == 7 and all(tuple(t.shape) == (1, 64, 128, 128) for t in states)
+    # 7 × 64 × 128 × 128 × 2 B = 14,680,064 B of state
+    assert sum(t.numel() * t.element_size() for t in states) == cut.state_bytes() == 14_680_064
+    # 300 tokens × 2 × 8 × 128 × 2 B = 1,228,800 B of K/V on the one softmax layer
+    assert (sum(t.numel() * t.element_size() for t in kv)
+            == tokens * cut.kv_bytes_per_token("bf16") == 1_228_800)

@@ -2,7 +2,8 @@
 
 ``read_config(config, name)`` turns a published config (as a dict) into an :class:`Architecture`:
 one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
-shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet), the MLP/MoE shapes,
+shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet, MiniMax lightning
+attention), the MLP/MoE shapes,
 vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.params`` (the
 parameter counts), ``kvlib.capacity`` (the activation width, the vocabulary) and
 ``kvlib.crosscheck`` all work from this record; no other module reads config keys.
@@ -33,7 +34,7 @@ from ..core.units import HF_DTYPE_NAMES
 MAX_LAYERS = 10_000
 
 Mixer = Literal["full", "sliding", "chunked", "mla", "mamba1", "mamba2", "gated_deltanet",
-                "parallel", "none"]
+                "lightning", "parallel", "none"]
 FeedForwardKind = Literal["dense", "moe", "none"]
 
 #: transformers class defaults for fields some published configs omit: Gemma-3's text config has
@@ -73,7 +74,9 @@ REFUSED_KEYS: dict[str, str] = {
     "global_head_dim": "a separate head dim for the global layers (Gemma-4)",
     "num_global_key_value_heads": "a separate KV-head count for the global layers (Gemma-4)",
     "attention_k_eq_v": "keys reused as values (Gemma-4)",
-    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n)",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n, Gemma-4 E2B/E4B: "
+                            "the last N layers read an earlier layer's K/V and cache nothing; not "
+                            "modelled: no published config was found to check it against)",
     "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
     "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
@@ -116,6 +119,20 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
         "media_placeholder_token_id": _MULTIMODAL_REASON,
         "video_placeholder": _MULTIMODAL_REASON,
         "ignore_index": "the training loss's ignored label: no shape",
+    },
+    # MiniMax-M1 (the reference modeling_minimax_m1.py of MiniMax-AI/MiniMax-M1, vLLM
+    # minimax_text_01.py up to 0.23, transformers 5.24 models/minimax): attn_type_list is read
+    # (0 lightning attention, 1 softmax attention); these keys change no shape
+    "minimax_m1": {
+        **dict.fromkeys((
+            "layernorm_full_attention_alpha", "layernorm_full_attention_beta",
+            "layernorm_linear_attention_alpha", "layernorm_linear_attention_beta",
+            "layernorm_mlp_alpha", "layernorm_mlp_beta"),
+            "DeepNorm residual scales (hidden · alpha + output · beta): no shape"),
+        "postnorm": "residual taken after the norm instead of before: same norms, no shape",
+        "shared_moe_mode": "how a shared expert's output is mixed (sigmoid gate); "
+                           "shared_intermediate_size (read) says whether there is one",
+        "router_jitter_noise": "training-time router noise: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
@@ -166,7 +183,14 @@ READ_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
     "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
     "mamba_ssm_dtype", "quantization_config",
-    # multi-token prediction (noted as not counted)
+    # multi-token prediction: read only to note "not counted". vLLM 0.33 builds the target model
+    # from num_hidden_layers alone (deepseek_v2.py: make_layers(config.num_hidden_layers, ...)) and
+    # skips the MTP layers' weights when loading it; the MTP layers (indices num_hidden_layers ..
+    # num_hidden_layers + num_nextn_predict_layers − 1, deepseek_mtp.py DeepSeekMultiTokenPredictor)
+    # are built, loaded and given KV cache only in the draft model, which exists only when the
+    # engine is started with speculative decoding by MTP (config/speculative.py
+    # hf_config_override, method "mtp"). kvlib sizes serving without speculative decoding, so
+    # they hold no cache and no weights here (tests/test_config_corpus.py checks it).
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "use_mtp",
     # the longest context an engine accepts (vLLM's derived max_model_len)
     "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions",
@@ -241,7 +265,7 @@ class LayerSpec:
 
     mixer: ``full``/``sliding``/``chunked`` softmax attention (all tokens, a sliding window,
     or the current chunk of ``attention_chunk_size`` tokens), ``mla`` latent attention,
-    ``mamba1``/``mamba2``/``gated_deltanet`` recurrent mixers, ``parallel`` (softmax attention
+    ``mamba1``/``mamba2``/``gated_deltanet``/``lightning`` recurrent mixers, ``parallel`` (softmax attention
     and a Mamba-2 mixer side by side, Falcon-H1), ``none`` (an MLP/MoE-only block); ffn:
     ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block).
     """
@@ -347,6 +371,16 @@ class GatedDeltaNet:
 
 
 @dataclass(frozen=True)
+class Lightning:
+    """MiniMax lightning attention (linear attention, MiniMax-Text-01 / MiniMax-M1): n_heads
+    heads of head_dim; each keeps a constant head_dim × head_dim state (the running K^T V),
+    no per-token cache and no convolution."""
+
+    n_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
 class MLP:
     """The dense feed-forward block: intermediate size (None when the config gives none),
     gated (three matrices, SiLU/GELU-gated) or not (two), with biases or not."""
@@ -379,7 +413,7 @@ class Architecture:
     LayerSpec per decoder layer; hidden_size (None when absent: models sized from explicit head
     dims need none); vocab_size; tie_word_embeddings; embed_dim: embedding width (OPT's
     ``word_embed_proj_dim``; else hidden); learned_positions: a learned position table (OPT;
-    RoPE/ALiBi models have none); attention, mla, mamba1, mamba2, gated_deltanet: the shared
+    RoPE/ALiBi models have none); attention, mla, mamba1, mamba2, gated_deltanet, lightning: the shared
     geometry of each mixer kind present (None otherwise); mlp, moe: the feed-forward shapes;
     layer_norms: norm vectors per decoder layer; norm_bias: LayerNorm with a bias (two vectors
     per norm); final_norm: a norm after the last layer (OPT may drop it); embedding_norm: a norm
@@ -403,6 +437,7 @@ class Architecture:
     mamba1: Mamba1 | None = None
     mamba2: Mamba2 | None = None
     gated_deltanet: GatedDeltaNet | None = None
+    lightning: Lightning | None = None
     mlp: MLP | None = None
     moe: MoE | None = None
     layer_norms: int = 2
@@ -553,6 +588,11 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         if str(c.get("model_type")) in _MAMBA1_TYPES:
             kinds = ["mamba1" if k == "mamba2" else k for k in kinds]
         return _checked(kinds, "layer_types", n_layers, c)
+    if c.has("attn_type_list"):
+        # MiniMax: 1 softmax attention, 0 lightning (linear) attention on that layer
+        # (modeling_minimax_m1.py: ``attention_type = config.attn_type_list[layer_id]``)
+        return ["full" if kind == 1 else "lightning"
+                for kind in _int_list(c, "attn_type_list", n_layers, {0, 1})]
     model_type = str(c.get("model_type"))
     if c.has("attn_layer_period") or model_type == "jamba":
         # Jamba: attention where i % attn_layer_period == attn_layer_offset, Mamba-1 elsewhere
@@ -848,6 +888,20 @@ def _mamba2(c: _Fields) -> Mamba2:
     return m
 
 
+def _lightning(c: _Fields) -> Lightning:
+    """MiniMax lightning attention: ``num_attention_heads`` heads of ``head_dim`` (else hidden /
+    heads), as vLLM's ``LinearAttention`` (model_executor/layers/mamba/linear/base.py) and the
+    reference modeling_minimax_m1.py read them."""
+    n_heads = c.int("num_attention_heads")
+    if c.has("head_dim"):
+        return Lightning(n_heads=n_heads, head_dim=c.int("head_dim"))
+    hidden = c.int(*_HIDDEN_KEYS)
+    if hidden % n_heads:
+        raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by {n_heads} "
+                         "lightning-attention heads and no head_dim is given")
+    return Lightning(n_heads=n_heads, head_dim=hidden // n_heads)
+
+
 def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
     g = GatedDeltaNet(n_k_heads=c.int("linear_num_key_heads"),
                          n_v_heads=c.int("linear_num_value_heads"),
@@ -1059,20 +1113,15 @@ def _max_model_len(c: _Fields, model_type: str) -> int | None:
 def _check_per_layer_fields(c: _Fields, n_layers: int) -> None:
     """Per-layer lists that are read only to be sure they change nothing kvlib models.
 
-    ``attn_type_list`` (MiniMax): 1 is softmax attention on that layer, 0 lightning (linear)
-    attention with a recurrent state (vLLM minimax_text_01.py); MiniMax-M2 lists only 1s.
+    ``attn_type_list`` (MiniMax) is read as the layer pattern (``_mixers``): 1 is softmax
+    attention on that layer, 0 lightning (linear) attention with a constant state; MiniMax-M2
+    lists only 1s.
     ``num_attention_heads_per_layer`` (Laguna): query heads per layer; the KV heads stay
     ``num_key_value_heads`` (transformers laguna/modeling_laguna.py), so only differing entries
     matter, and they change the weights, not the cache.
     ``qk_head_dim`` (GLM-5, MLA): qk_nope_head_dim + qk_rope_head_dim, as transformers
     recomputes it; without an MLA latent it would be a K head dim unlike V's, not modelled.
     """
-    if c.has("attn_type_list"):
-        kinds = _int_list(c, "attn_type_list", n_layers, {0, 1})
-        if 0 in kinds:
-            raise ValueError(f"{c.model}: config field 'attn_type_list' has {kinds.count(0)} "
-                             "lightning (linear) attention layers (0), which keep a recurrent state "
-                             "kvlib does not model; refusing to guess the cache size")
     if c.has("num_attention_heads_per_layer"):
         heads = [integer(f"{c.field('num_attention_heads_per_layer')} entry", h, 1)
                  for h in _int_list(c, "num_attention_heads_per_layer", n_layers)]
@@ -1132,6 +1181,7 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         mamba1=_mamba1(c, model_type) if "mamba1" in mixers else None,
         mamba2=_mamba2(c) if mixers & {"mamba2", "parallel"} else None,
         gated_deltanet=_gated_deltanet(c) if "gated_deltanet" in mixers else None,
+        lightning=_lightning(c) if "lightning" in mixers else None,
         mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
         layer_norms=_layer_norms(c, model_type),
         norm_bias=model_type in ("opt", "RefinedWebModel", "falcon", "bloom"),

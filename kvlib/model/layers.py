@@ -37,12 +37,13 @@ from .formats import KVFormat, kv_format
 from ..core.units import elements_to_bytes
 
 LayerKind = Literal["full", "sliding", "chunked", "mla", "indexer", "mamba1", "mamba2",
-                    "gated_deltanet", "none"]
+                    "gated_deltanet", "lightning", "none"]
 CacheKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "none"]
 #: How the book names each ``LayerKind`` for a reader.
 KIND_NAMES: dict[str, str] = {"full": "full", "sliding": "sliding", "chunked": "chunked",
                               "mla": "MLA", "indexer": "indexer", "mamba1": "Mamba-1",
                               "mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet",
+                              "lightning": "lightning attention",
                               "none": "stateless"}
 FormatLike = Union[str, KVFormat]
 
@@ -526,6 +527,40 @@ class GatedDeltaNetLayer(_StateCache):
 
 
 @dataclass(frozen=True)
+class LightningAttentionLayer(_StateCache):
+    """MiniMax lightning attention (MiniMax-Text-01, MiniMax-M1): linear attention whose whole
+    memory of the sequence is one running K^T V matrix per head — a constant state, nothing per
+    token, no convolution.
+
+    state: n_heads × head_dim × head_dim elements, heads split across GPUs (tp must divide them):
+    vLLM ``MambaStateShapeCalculator.linear_attention_state_shape`` gives
+    ``(num_heads // tp, head_dim, head_dim)`` and ``linear_attention_state_dtype`` the model's
+    dtype unless ``mamba_cache_dtype`` says otherwise (model_executor/layers/mamba/mamba_utils.py,
+    layers/mamba/linear/base.py, 0.33.0); transformers' ``MiniMaxCache.linear_cache`` holds a
+    (batch, heads, head_dim, head_dim) tensor per layer (models/minimax/modeling_minimax.py, 5.24).
+    """
+
+    n_heads: int
+    head_dim: int
+    conv_kernel = 0  # no convolution: ``all_conv_taps`` changes nothing
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "lightning-attention layer", "n_heads", "head_dim")
+
+    @property
+    def kind(self) -> LayerKind:
+        return "lightning"
+
+    def conv_elements(self, tp: int = 1, width: int | None = None) -> int:
+        _check_tp(tp)
+        return 0
+
+    def ssm_elements(self, tp: int = 1) -> int:
+        """The K^T V state on one GPU: heads on this GPU × head_dim × head_dim."""
+        return split_evenly(self.n_heads, tp, "lightning-attention heads") * self.head_dim ** 2
+
+
+@dataclass(frozen=True)
 class StatelessLayer(_NothingPerToken):
     """A layer that keeps no per-sequence state (the MLP/MoE-only layers of Nemotron-H)."""
 
@@ -558,4 +593,4 @@ class StatelessLayer(_NothingPerToken):
 
 
 AnyLayer = Union[AttentionLayer, MLALayer, IndexerKeyLayer, Mamba1Layer, Mamba2Layer,
-                 GatedDeltaNetLayer, StatelessLayer]
+                 GatedDeltaNetLayer, LightningAttentionLayer, StatelessLayer]

@@ -17,7 +17,8 @@ from typing import Any
 from .hf_config import Architecture, read_config
 from .formats import Checkpoint
 from .layers import (KIND_NAMES, AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer,
-                     IndexerKeyLayer, Mamba1Layer, Mamba2Layer, MLALayer, StatelessLayer)
+                     IndexerKeyLayer, LightningAttentionLayer, Mamba1Layer, Mamba2Layer,
+                     MLALayer, StatelessLayer)
 from ..core.checks import integer, positive_integer
 from .formats import kv_format
 from ..core.units import dtype_bits
@@ -260,6 +261,10 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
             return (GatedDeltaNetLayer(n_k_heads=gdn.n_k_heads, n_v_heads=gdn.n_v_heads,
                                        k_head_dim=gdn.k_head_dim, v_head_dim=gdn.v_head_dim,
                                        conv_kernel=gdn.conv_kernel),)
+        if mixer == "lightning":
+            assert arch.lightning is not None
+            return (LightningAttentionLayer(n_heads=arch.lightning.n_heads,
+                                            head_dim=arch.lightning.head_dim),)
         return (StatelessLayer(),)
 
     built: dict[str, tuple[AnyLayer, ...]] = {}

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..core.checks import positive_integer
 from .formats import COMPONENTS, WeightFormat, weight_bits, weight_format
-from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Mamba1, Mamba2,
+from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Lightning, Mamba1, Mamba2,
                         read_config)
 
 @dataclass(frozen=True)
@@ -183,6 +183,15 @@ def _gdn_params(g: GatedDeltaNet, hidden: int) -> tuple[int, int]:
     return linear, small
 
 
+def _lightning_params(g: Lightning, hidden: int) -> tuple[int, int]:
+    """(linear, norm) parameters of one MiniMax lightning-attention mixer: qkv_proj (hidden →
+    3 · heads · head_dim), output_gate (hidden → heads · head_dim), out_proj (back to hidden), no
+    biases, and an RMS norm over heads · head_dim (modeling_minimax_m1.py
+    MiniMaxM1LightningAttention; transformers models/minimax MiniMaxLightningAttention)."""
+    inner = g.n_heads * g.head_dim
+    return hidden * 3 * inner + hidden * inner + inner * hidden, inner
+
+
 def count_architecture(arch: Architecture) -> ParamCounts:
     """Parameter counts of an architecture record (:func:`kvlib.hf_config.read_config`).
 
@@ -238,6 +247,11 @@ def count_architecture(arch: Architecture) -> ParamCounts:
             lin, small = _gdn_params(arch.gated_deltanet, hidden)
             comp["recurrent"] += lin
             comp["small"] += small
+        elif spec.mixer == "lightning":
+            assert arch.lightning is not None
+            lin, norms = _lightning_params(arch.lightning, hidden)
+            comp["recurrent"] += lin
+            comp["norms"] += norms
         # The feed-forward part of the layer
         mats = 3 if mlp is not None and mlp.gated else 2
         if spec.ffn == "moe":

@@ -179,7 +179,7 @@ def blocks(model: Model | str) -> Blocks:
 
 _MIXER_KINDS = {"full": ("attention",), "sliding": ("attention",), "chunked": ("attention",),
                 "mla": ("mla",), "mamba1": ("recurrent",), "mamba2": ("recurrent",),
-                "gated_deltanet": ("recurrent",), "parallel": ("attention", "recurrent"),
+                "gated_deltanet": ("recurrent",), "lightning": ("recurrent",), "parallel": ("attention", "recurrent"),
                 "none": ()}
 _FFN_KINDS = {"dense": ("dense_ffn",), "moe": ("moe_ffn",), "none": ()}
 
