@@ -335,6 +335,26 @@ def test_book_claims_give_the_verdicts_the_prose_explains(results):
     assert surprises.empty, surprises.to_string()
 
 
+def test_every_book_claim_states_the_verdict_the_book_explains(results):
+    """Chapter 6 asserts ``unexpected(results, require=True)``: every row has an expected verdict."""
+    assert (results["expected_verdict"] != "").all()
+    assert recheck.unexpected(results, require=True).empty
+
+
+def test_one_claim_one_verdict_one_recomputation(results):
+    """A claim the article restates from its source is one row: the paper's sentence lives in the
+    article row's notes, not in a second row with another verdict (issue 21, item 7)."""
+    by_id = results.set_index("id")
+    merged = {"x02": "c06", "x03": "c08", "x06": "c01", "x09": "e02", "x10": "e03", "x11": "c12"}
+    assert not set(merged) & set(by_id.index)
+    for kept in merged.values():
+        assert by_id.loc[kept, "verdict"] == by_id.loc[kept, "expected_verdict"]
+    # "60 % waste" is 100 % minus the simulated Orca (Oracle) token-state share (c02): one number
+    assert abs(by_id.loc["c06", "recomputed"] + by_id.loc["c02", "recomputed"] - 100) < 1e-9
+    sixty = results[(results["claimed"] == 60) & (results["unit"] == "%")]
+    assert sixty["id"].tolist() == ["c06"]
+
+
 def test_claims_files_follow_the_id_prefixes(results):
     by_file = results.groupby("file")["id"].apply(list)
     assert all(i.startswith("e") for i in by_file["article_misc.csv"])
