@@ -261,6 +261,29 @@ def _pick(calc, name: str, label: str) -> None:
     control.select_option(index=next(i for i, t in enumerate(texts) if t.startswith(label)))
 
 
+def test_what_to_buy_shows_its_deciding_column_on_a_phone(built_book, server, reader):
+    """At 390 px the "What should I buy" table shows its deciding column, $ per 1M output tokens,
+    inside its box without scrolling sideways: header and every cell."""
+    from kvlib.report import answer
+
+    deciding = answer.BUY_COLUMNS["output_cost_slow"]
+    page = reader.open(f"{server}/chapters/00_answer.html", 390)
+    seen = page.evaluate("""label => {
+      const th = Array.from(document.querySelectorAll('table.kvlib-table thead th'))
+        .find(t => t.dataset.column === label);
+      if (!th) { return null; }
+      const box = th.closest('div.kvlib-table-wrap').getBoundingClientRect();
+      const cells = [th, ...th.closest('table').querySelectorAll(`td[data-column="${label}"]`)];
+      return {box: [box.left, box.right], cells: cells.map(c => {
+        const b = c.getBoundingClientRect(); return [b.left, b.right]; })};
+    }""", deciding)
+    assert seen is not None, f"no table with a {deciding!r} column on the landing page"
+    left, right = seen["box"]
+    assert len(seen["cells"]) > 1
+    hidden = [c for c in seen["cells"] if c[0] < left - 1 or c[1] > right + 1]
+    assert not hidden, f"{len(hidden)} cells of {deciding!r} lie outside the table's box at 390 px"
+
+
 def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader):
     """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
     the price follows the GPU and the kind of offer; every other control changes the figures;
