@@ -112,9 +112,9 @@ _INSPECT = r"""notes => {
     return {id: c.id, drawn: true, left: b.left, right: b.right};
   });
   const text = document.body.innerText.toLowerCase();
-  const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.innerText.trim());
-  const blankHeads = Array.from(art.querySelectorAll('table thead th'))
-    .filter(th => th.innerText.trim() === '').length;
+  const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.textContent.trim());
+  const blankHeads = Array.from(art.querySelectorAll('table thead th'))  // folded tables too
+    .filter(th => th.textContent.trim() === '').length;
   const citeLabels = Array.from(document.querySelectorAll('div.citation > .label'))
     .map(l => l.innerText.replace(/[\[\]]/g, '').trim());
   const code = Array.from(art.querySelectorAll('div.cell div.cell_input pre'))

@@ -176,3 +176,9 @@ def test_priced_lines_draw_the_speed_band_as_an_area():
     assert {p["name"] for p in spec["params"]} == {"price", "pick"}
     with pytest.raises(KeyError, match="band"):
         charts.priced_lines(df, band=("lo", "hi"), **kw)
+
+
+def test_heatmap_shows_extra_tooltip_columns():
+    df = pd.DataFrame({"x": ["a", "b"], "y": ["g", "g"], "v": [1.0, 2.0], "n": [3, 4]})
+    rect = charts.heatmap(df, "x", "y", "v", "x", "y", "v", tooltip=["n"]).to_dict()["layer"][0]
+    assert [t["field"] for t in rect["encoding"]["tooltip"]] == ["x", "y", "v", "n"]

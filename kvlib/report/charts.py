@@ -283,9 +283,11 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
             value_title: str, facet: str | None = None, fmt: str = ".2f",
             domain_mid: float | None = None,
-            x_label_angle: int = 0) -> alt.LayerChart | alt.FacetChart:
+            x_label_angle: int = 0,
+            tooltip: Sequence[str] = ()) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
-    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side).
+    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side); ``tooltip``:
+    more columns shown on hover.
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
@@ -297,7 +299,7 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
         y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
     rect = base.mark_rect().encode(
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
-        tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt)])
+        tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt), *tooltip])
     text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
     if facet is None:
         return alt.layer(rect, text, data=df).properties(height=22 * df[y].nunique())
