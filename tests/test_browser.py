@@ -191,6 +191,16 @@ def _svg_text(chart) -> list[str]:
         "e => Array.from(e.querySelectorAll('text')).map(t => t.textContent)")
 
 
+def _svg_cost_geometry(chart) -> list[str]:
+    """Where a rendered chart draws its text ("1@translate(-7,253)") and its lines and areas:
+    a price change on a log axis moves either the tick labels or the marks against them."""
+    return chart.locator("svg").first.evaluate(
+        "e => Array.from(e.querySelectorAll('text'))"
+        ".map(t => t.textContent + '@' + (t.getAttribute('transform') || ''))"
+        ".concat(Array.from(e.querySelectorAll('g.mark-line path, g.mark-area path'))"
+        ".map(p => p.getAttribute('d')))")
+
+
 def _await_change(page, chart_id: str, before: str) -> str:
     page.wait_for_function(
         "([id, before]) => document.querySelector('#' + id + ' svg').outerHTML !== before",
@@ -365,12 +375,12 @@ def test_chapter_four_cost_chart_follows_price_and_gpu(built_book, server, reade
     page = reader.open(f"{server}/chapters/04_cost.html")
     chart = page.locator("div.kvlib-chart:has(input[name=price])").first
     chart_id = chart.get_attribute("id")
-    ticks = _svg_text(chart)
+    ticks = _svg_cost_geometry(chart)
     before = _svg(chart)
     slider = chart.locator("input[name=price]")
     slider.fill(f"{float(slider.input_value()) * 3:.2f}")  # 3× the price: 3× every $ value
     _await_change(page, chart_id, before)
-    assert _svg_text(chart) != ticks, "the cost axis did not move with the price"
+    assert _svg_cost_geometry(chart) != ticks, "the cost axis did not move with the price"
     gpu = chart.locator(".vega-bindings select").first
     before = _svg(chart)
     gpu.select_option(index=1)
