@@ -320,3 +320,22 @@ def test_the_prefix_line_uses_chapter_sevens_example_hit_rate():
     (rate,) = [line.split("=")[1].split("#")[0] for line in source.splitlines()
                if line.startswith("landing_hit_rate =")]
     assert float(rate) == answer.PREFIX_HIT_RATE
+
+
+def test_buy_table_puts_the_deciding_column_first():
+    """The "What should I buy" table opens with $ per 1M output tokens (visible at 390 px), the
+    deployment in words, * for a capped and † for an extrapolated batch; unserved rows dropped."""
+    buy = pd.DataFrame([
+        {"model_name": "NVIDIA-Nemotron-X", "input_tokens": 7168, "n_gpus": 2,
+         "gpu_name": "NVIDIA H100 SXM5 80GB", "weights": "mxfp4 experts", "kv_dtype": "fp8",
+         "batch": 1024, "capped": True, "extrapolated": True, "per_user_slow": 21.25,
+         "output_cost_slow": 0.4321},
+        {"model_name": "Llama", "input_tokens": 131072, "n_gpus": 0}])
+    t = answer.buy_table(buy)
+    assert list(t.frame.columns)[0] == "$ per 1M output tokens"
+    assert list(t.frame.columns) == list(answer.BUY_COLUMNS.values())
+    row = t.frame.iloc[0]
+    assert len(t.frame) == 1 and row["model"] == "Nemotron-X"
+    assert row["GPUs, weights · KV cache"] == "2 × H100, mxfp4 · fp8"
+    assert row["requests in flight"] == "1,024*†"
+    assert "$0.432" in t._repr_html_()

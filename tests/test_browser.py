@@ -112,9 +112,9 @@ _INSPECT = r"""notes => {
     return {id: c.id, drawn: true, left: b.left, right: b.right};
   });
   const text = document.body.innerText.toLowerCase();
-  const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.innerText.trim());
-  const blankHeads = Array.from(art.querySelectorAll('table thead th'))
-    .filter(th => th.innerText.trim() === '').length;
+  const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.textContent.trim());
+  const blankHeads = Array.from(art.querySelectorAll('table thead th'))  // folded tables too
+    .filter(th => th.textContent.trim() === '').length;
   const citeLabels = Array.from(document.querySelectorAll('div.citation > .label'))
     .map(l => l.innerText.replace(/[\[\]]/g, '').trim());
   const code = Array.from(art.querySelectorAll('div.cell div.cell_input pre'))
@@ -191,6 +191,16 @@ def _svg_text(chart) -> list[str]:
         "e => Array.from(e.querySelectorAll('text')).map(t => t.textContent)")
 
 
+def _svg_cost_geometry(chart) -> list[str]:
+    """Where a rendered chart draws its text ("1@translate(-7,253)") and its lines and areas:
+    a price change on a log axis moves either the tick labels or the marks against them."""
+    return chart.locator("svg").first.evaluate(
+        "e => Array.from(e.querySelectorAll('text'))"
+        ".map(t => t.textContent + '@' + (t.getAttribute('transform') || ''))"
+        ".concat(Array.from(e.querySelectorAll('g.mark-line path, g.mark-area path'))"
+        ".map(p => p.getAttribute('d')))")
+
+
 def _await_change(page, chart_id: str, before: str) -> str:
     page.wait_for_function(
         "([id, before]) => document.querySelector('#' + id + ' svg').outerHTML !== before",
@@ -259,6 +269,29 @@ def _pick(calc, name: str, label: str) -> None:
     control = calc.locator(f"select[name={name}]")
     texts = control.locator("option").all_inner_texts()
     control.select_option(index=next(i for i, t in enumerate(texts) if t.startswith(label)))
+
+
+def test_what_to_buy_shows_its_deciding_column_on_a_phone(built_book, server, reader):
+    """At 390 px the "What should I buy" table shows its deciding column, $ per 1M output tokens,
+    inside its box without scrolling sideways: header and every cell."""
+    from kvlib.report import answer
+
+    deciding = answer.BUY_COLUMNS["output_cost_slow"]
+    page = reader.open(f"{server}/chapters/00_answer.html", 390)
+    seen = page.evaluate("""label => {
+      const th = Array.from(document.querySelectorAll('table.kvlib-table thead th'))
+        .find(t => t.dataset.column === label);
+      if (!th) { return null; }
+      const box = th.closest('div.kvlib-table-wrap').getBoundingClientRect();
+      const cells = [th, ...th.closest('table').querySelectorAll(`td[data-column="${label}"]`)];
+      return {box: [box.left, box.right], cells: cells.map(c => {
+        const b = c.getBoundingClientRect(); return [b.left, b.right]; })};
+    }""", deciding)
+    assert seen is not None, f"no table with a {deciding!r} column on the landing page"
+    left, right = seen["box"]
+    assert len(seen["cells"]) > 1
+    hidden = [c for c in seen["cells"] if c[0] < left - 1 or c[1] > right + 1]
+    assert not hidden, f"{len(hidden)} cells of {deciding!r} lie outside the table's box at 390 px"
 
 
 def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader):
@@ -342,12 +375,12 @@ def test_chapter_four_cost_chart_follows_price_and_gpu(built_book, server, reade
     page = reader.open(f"{server}/chapters/04_cost.html")
     chart = page.locator("div.kvlib-chart:has(input[name=price])").first
     chart_id = chart.get_attribute("id")
-    ticks = _svg_text(chart)
+    ticks = _svg_cost_geometry(chart)
     before = _svg(chart)
     slider = chart.locator("input[name=price]")
     slider.fill(f"{float(slider.input_value()) * 3:.2f}")  # 3× the price: 3× every $ value
     _await_change(page, chart_id, before)
-    assert _svg_text(chart) != ticks, "the cost axis did not move with the price"
+    assert _svg_cost_geometry(chart) != ticks, "the cost axis did not move with the price"
     gpu = chart.locator(".vega-bindings select").first
     before = _svg(chart)
     gpu.select_option(index=1)

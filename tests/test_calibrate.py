@@ -294,3 +294,17 @@ def test_case_band_from_held_out_points_like_the_case():
     assert lo == pytest.approx(1000 * (1 + relaxed.low)) and hi == pytest.approx(1000 * (1 + relaxed.high))
     with pytest.raises(ValueError, match="engine"):
         calibrate.case_band("llama-3.1-8b", "h100-sxm", "tgi", 1, 1)
+
+
+def test_error_by_gpu_and_family_cells():
+    # one GPU × family with errors −0.5, 0.1, 0.2: median 0.1, one point beyond 40 %; another
+    # family on the same GPU with one point
+    res = pd.DataFrame({"model": ["llama-3.1-8b"] * 3 + ["deepseek-v3"],
+                        "gpu": ["h100-sxm"] * 4, "error": [-0.5, 0.1, 0.2, 0.05]})
+    cells = calibrate.error_by_gpu_and_family(res).set_index("family")
+    assert set(cells.index) == {"dense GQA", "MLA-MoE"}
+    assert cells.loc["dense GQA", "n"] == 3 and cells.loc["dense GQA", "n_beyond_40"] == 1
+    assert math.isclose(cells.loc["dense GQA", "median_error"], 0.1)
+    assert cells.loc["MLA-MoE", "gpu_name"] == "NVIDIA H100 SXM5 80GB"
+    with pytest.raises(KeyError, match="error"):
+        calibrate.error_by_gpu_and_family(res.drop(columns="error"))

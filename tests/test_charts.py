@@ -154,3 +154,31 @@ def test_error_bars_clip_and_label_outliers():
     assert [r["_note"] for r in data] == ["", "+320 %"]
     with pytest.raises(KeyError):
         charts.error_bars(df, "nope", "row", "kind", "t")
+
+
+def test_priced_lines_draw_the_speed_band_as_an_area():
+    # 1 GPU at $2/h, 1,000 tokens/s: $0.5556 per 1M; band −20 % … +25 % on the rate gives
+    # 0.5556 / 1.25 = $0.4444 … 0.5556 / 0.8 = $0.6944 (cheap end from the fast end)
+    df = pd.DataFrame({"gpu": ["h100-sxm"] * 2, "context": ["8,192 tokens"] * 2, "batch": [1, 2],
+                       "n_gpus": [1, 1], "tokens_per_s": [1000.0, 1800.0],
+                       "band_low": [-0.2, -0.2], "band_high": [0.25, 0.25]})
+    kw = dict(x="batch", rate="tokens_per_s", units="n_gpus", series="context", select="gpu",
+              x_title="batch", y_title="$ per 1M", price=2.0, price_range=(0.5, 5.0))
+    plain = charts.priced_lines(df, **kw).to_dict()
+    assert [layer["mark"]["type"] for layer in plain["layer"]] == ["line", "point"]
+    spec = charts.priced_lines(df, band=("band_low", "band_high"), **kw).to_dict()
+    area = spec["layer"][0]
+    assert area["mark"]["type"] == "area" and area["encoding"]["y2"]["field"] == "band_dear"
+    calc = {t["as"]: t["calculate"] for t in area["transform"] if "calculate" in t}
+    assert calc["band_cheap"] == ("price * datum.n_gpus / (datum.tokens_per_s * (1 + datum.band_high)"
+                                  " * 3600) * 1000000")
+    assert "(1 + datum.band_low)" in calc["band_dear"]
+    assert {p["name"] for p in spec["params"]} == {"price", "pick"}
+    with pytest.raises(KeyError, match="band"):
+        charts.priced_lines(df, band=("lo", "hi"), **kw)
+
+
+def test_heatmap_shows_extra_tooltip_columns():
+    df = pd.DataFrame({"x": ["a", "b"], "y": ["g", "g"], "v": [1.0, 2.0], "n": [3, 4]})
+    rect = charts.heatmap(df, "x", "y", "v", "x", "y", "v", tooltip=["n"]).to_dict()["layer"][0]
+    assert [t["field"] for t in rect["encoding"]["tooltip"]] == ["x", "y", "v", "n"]

@@ -120,3 +120,14 @@ def test_measurement_equals_the_committed_file():
                "explanation", "torch", "transformers"]
     pd.testing.assert_frame_equal(measured[columns].reset_index(drop=True),
                                   committed[columns].reset_index(drop=True), check_dtype=False)
+
+
+def test_error_cells_one_per_measurement():
+    # 2,000 B measured against 1,000 B: +100 %; equal bytes: 0 %
+    table = pd.DataFrame({"model": ["A", "B"], "n_tokens": [1, 300],
+                          "transformers_bytes": [2000, 512], "kvlib_bytes": [1000, 512]})
+    cells = crosscheck.error_cells(table)
+    assert list(cells.columns) == ["model", "n_tokens", "error_pct"]
+    assert cells["error_pct"].tolist() == [100.0, 0.0]
+    committed = crosscheck.error_cells(crosscheck.load_table())
+    assert len(committed) == len(crosscheck.load_table()) and (committed["error_pct"] >= 0).all()

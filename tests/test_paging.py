@@ -44,6 +44,19 @@ def test_reserve_max_matches_fig2_on_the_fitted_workload():
         assert abs(shares[key] - paper) < 0.01, (key, shares[key])
 
 
+def test_reserve_max_by_context_one_row_per_length():
+    # pool 100, lengths 32 and 50: ⌊100/32⌋ = 3 and ⌊100/50⌋ = 2 reservations; each row is
+    # reserve_max_shares at that length
+    reqs = fixed(3000, 10, 5)
+    df = paging.reserve_max_by_context(reqs, 100, [32, 50])
+    assert df["max_model_len"].tolist() == [32, 50] and df["reservations"].tolist() == [3, 2]
+    assert df.iloc[0][list(paging.reserve_max_shares(reqs, 100, 32))].to_dict() == pytest.approx(
+        paging.reserve_max_shares(reqs, 100, 32))
+    assert df.loc[1, "free"] == pytest.approx(0.0)  # 2 × 50 fill the pool
+    with pytest.raises(ValueError, match="max_model_len"):
+        paging.reserve_max_by_context(reqs, 100, [200])
+
+
 def test_compare_policies_rows_and_order():
     reqs = sharegpt(2000, seed=1)
     df = paging.compare_policies(reqs, POOL, 2048)

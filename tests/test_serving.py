@@ -8,7 +8,7 @@ import pytest
 import kvlib
 
 from kvlib.fit import calibrate
-from kvlib.serve.serving import BatchTooLarge, DoesNotFit, serving_point
+from kvlib.serve.serving import BatchTooLarge, DoesNotFit, batch_sweep, serving_point
 
 
 def test_a_fixed_degree_and_batch():
@@ -71,3 +71,21 @@ def test_weight_format_label():
     assert math.isfinite(serving_point("gpt-oss-120b", "h200", input_tokens=1024,
                                        output_tokens=1024,
                                        weight_dtype={"experts": "mxfp4"}).tokens_per_s)
+
+
+def test_batch_sweep_powers_of_two_up_to_the_ceiling_with_bands():
+    """Llama-3.1-8B on one H100, 8,192-token requests: batches 1, 2, 4, … below the pool's
+    ceiling, then the ceiling itself; each point is serving_point's, with the band at its batch."""
+    points = batch_sweep("llama-3.1-8b", ["h100-sxm"], [8192], output_tokens=1024,
+                                 gpu_memory_utilization=0.9)
+    ceiling = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168,
+                                    output_tokens=1024, n_gpus=1, gpu_memory_utilization=0.9)
+    batches = [p["batch"] for p in points]
+    assert batches == [2**i for i in range(11) if 2**i < ceiling.batch] + [ceiling.batch]
+    last = points[-1]
+    assert last["context"] == "8,192 tokens" and last["n_gpus"] == 1
+    assert math.isclose(last["tokens_per_s"], ceiling.tokens_per_s)
+    for p in points:
+        band = calibrate.error_band(1, p["batch"])
+        assert (p["band_low"], p["band_high"]) == (band.low, band.high)
+        assert p["band_low"] <= p["band_high"]

@@ -67,6 +67,18 @@ def reserve_max_shares(requests: ArrayLike, pool_tokens: int, max_model_len: int
             "free": 1 - slots * max_model_len / pool_tokens}
 
 
+def reserve_max_by_context(requests: ArrayLike, pool_tokens: int,
+                           context_lengths: Sequence[int]) -> pd.DataFrame:
+    """Orca (Max) on one pool at several ``max_model_len``: one row each with the reservations that
+    fit (⌊pool / max_model_len⌋) and ``reserve_max_shares`` (fractions of the pool).
+
+    E.g. a 421,120-token pool at 131,072 tokens holds 3 reservations.
+    """
+    return pd.DataFrame([{"max_model_len": int(m), "reservations": int(pool_tokens // m),
+                          **reserve_max_shares(requests, pool_tokens, int(m))}
+                         for m in context_lengths])
+
+
 def _row(res: SimResult, **labels: Any) -> dict[str, Any]:
     return {**labels, **res.pool_breakdown(), "token_utilization": res.token_utilization,
             "rounding": res.pool_rounding_share, "mean_batch": res.mean_batch,

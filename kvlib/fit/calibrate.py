@@ -706,6 +706,23 @@ def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
                         batch_range=frame["concurrency"].map(batch_range))
 
 
+def error_by_gpu_and_family(results: pd.DataFrame) -> pd.DataFrame:
+    """The signed error of ``results`` (one row per point with model, gpu and ``error`` =
+    predicted ÷ measured − 1) per GPU × model family (``model_family``): gpu, gpu_name, family,
+    n, median_error (fraction) and n_beyond_40 (points missed by more than 40 %), a heatmap's
+    cells. E.g. errors −0.5, 0.1, 0.2 on one GPU and family: median 0.1, one beyond 40 %."""
+    missing = [c for c in ("model", "gpu", "error") if c not in results.columns]
+    if missing:
+        raise KeyError(f"columns not in the results: {missing}")
+    grouped = results.assign(family=results["model"].map(model_family)).groupby(
+        ["gpu", "family"], sort=True)["error"]
+    out = pd.DataFrame({"n": grouped.size(), "median_error": grouped.median(),
+                        "n_beyond_40": grouped.agg(lambda e: int((e.abs() > 0.4).sum()))})
+    out = out.reset_index()
+    out.insert(1, "gpu_name", out["gpu"].map(lambda g: _gpu(g).name))
+    return out
+
+
 # --- the fresh validation set ---------------------------------------------------------------
 
 #: The fresh validation set (data/README.md): public measurements of 2025–2026 outside

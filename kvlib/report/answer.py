@@ -21,6 +21,7 @@ the price per GPU-hour, so the grid holds them at $1 and the page multiplies by 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ from ..model.model import Model
 from ..serve.prefix_cost import input_cost_per_million
 from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
+from .tables import Table, table
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
 #: (a value not listed here is a kind of its own). Capacity Blocks are short-term
@@ -423,6 +425,36 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
                     "input_tokens": int(prompt), "output_tokens": output_tokens,
                     **(best or {"n_gpus": 0})})
     return pd.DataFrame(out)
+
+
+#: The "What should I buy" table's columns, in order: the deciding one first, so that a phone
+#: (390 px) shows it without scrolling sideways; then what identifies the case and the answer.
+BUY_COLUMNS = {"output_cost_slow": "$ per 1M output tokens", "model_name": "model",
+               "input_tokens": "prompt (tokens)", "deployment": "GPUs, weights · KV cache",
+               "requests": "requests in flight", "per_user_slow": "tokens/s per user"}
+
+
+def short_gpu_name(name: str) -> str:
+    """A GPU's name without vendor, form factor or memory: "NVIDIA H100 SXM5 80GB" → "H100"."""
+    short = name.split(" (", 1)[0].removeprefix("NVIDIA ").removeprefix("AMD Instinct ")
+    return re.sub(r"( SXM\d?)? \d+GB$| Grace Hopper Superchip$", "", short)
+
+
+def buy_table(buy: pd.DataFrame) -> Table:
+    """The served rows of ``cheapest`` as a reader's table (``BUY_COLUMNS``, cost first): the
+    deployment in words ("1 × H100, bf16 · fp8"), the requests in flight marked * where the batch
+    was capped and † where it is extrapolated past ``banded_batch_limit``; filterable by model."""
+    served = buy[buy["n_gpus"] > 0]
+    shown = served.assign(
+        model_name=served["model_name"].str.removeprefix("NVIDIA-"),
+        deployment=[f"{n} × {short_gpu_name(g)}, {w.removesuffix(' experts')} · {k}"  # gpt-oss
+                    for n, g, w, k in zip(served["n_gpus"], served["gpu_name"],
+                                          served["weights"], served["kv_dtype"])],
+        requests=[f"{int(b):,}" + ("*" if c else "") + ("†" if x else "")
+                  for b, c, x in zip(served["batch"], served["capped"], served["extrapolated"])])
+    shown = shown[list(BUY_COLUMNS)].rename(columns=BUY_COLUMNS)
+    return table(shown, {"prompt (tokens)": "{:,}", "tokens/s per user": "{:.1f}",
+                         "$ per 1M output tokens": "${:,.3f}"}, filters=["model"])
 
 
 def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int, held: int,

@@ -283,9 +283,11 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
             value_title: str, facet: str | None = None, fmt: str = ".2f",
             domain_mid: float | None = None,
-            x_label_angle: int = 0) -> alt.LayerChart | alt.FacetChart:
+            x_label_angle: int = 0,
+            tooltip: Sequence[str] = ()) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
-    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side).
+    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side); ``tooltip``:
+    more columns shown on hover.
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
@@ -297,7 +299,7 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
         y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
     rect = base.mark_rect().encode(
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
-        tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt)])
+        tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt), *tooltip])
     text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
     if facet is None:
         return alt.layer(rect, text, data=df).properties(height=22 * df[y].nunique())
@@ -346,7 +348,8 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
                  x_title: str, y_title: str, price: float, price_range: tuple[float, float],
                  price_step: float = 0.05, price_label: str = "$ per GPU-hour ",
                  select_label: str = "GPU ", log_x: bool = True, log_y: bool = True,
-                 select_names: dict[str, str] | None = None) -> alt.Chart:
+                 select_names: dict[str, str] | None = None,
+                 band: tuple[str, str] | None = None) -> alt.Chart:
     """Cost lines the reader drives in the browser, without a kernel.
 
     y = price × ``units`` ÷ (``rate`` × 3,600) × 10⁶ — dollars per million of what ``rate``
@@ -354,7 +357,9 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
     from the precomputed ``df``; ``price`` is a slider (``alt.binding_range``) and the rows
     shown are those whose ``select`` column matches a dropdown (``alt.binding_select``, first
     option selected), which shows ``select_names[value]`` for each value when given. One line per
-    ``series`` value.
+    ``series`` value. ``band`` = (low, high): columns of the rate's relative error band
+    (``ErrorBand.low`` / ``high``: the rate spans rate·(1 + low) … rate·(1 + high)), drawn as a
+    shaded area around each line, from the cost at rate·(1 + high) to the cost at rate·(1 + low).
     """
     options = list(dict.fromkeys(df[select]))
     names = [select_names[o] for o in options] if select_names else options
@@ -372,8 +377,19 @@ def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, s
         tooltip=[series, alt.Tooltip(f"{x}:Q", format=","),
                  alt.Tooltip(f"{rate}:Q", format=",.0f"),
                  alt.Tooltip("dollars_per_million:Q", format="$,.3f")])
-    return (base.mark_line() + base.mark_point(size=30, filled=True)).add_params(
-        price_param, pick)
+    layers = [base.mark_line(), base.mark_point(size=30, filled=True)]
+    if band is not None:
+        low, high = band
+        missing = [c for c in band if c not in df.columns]
+        if missing:
+            raise KeyError(f"band columns not in the frame: {missing}")
+        area = base.transform_calculate(
+            band_cheap=f"price * datum.{units} / (datum.{rate} * (1 + datum.{high}) * 3600) * 1000000",
+            band_dear=f"price * datum.{units} / (datum.{rate} * (1 + datum.{low}) * 3600) * 1000000",
+        ).mark_area(opacity=0.18).encode(
+            y=alt.Y("band_cheap:Q", title=y_title, scale=_log_scale(log_y)), y2="band_dear:Q")
+        layers.insert(0, area)
+    return alt.layer(*layers).add_params(price_param, pick)
 
 
 def versus_chart(df: pd.DataFrame, x: str, y: str, color: str, x_title: str, y_title: str,

@@ -340,3 +340,37 @@ def serving_point(model: Deployment | Model | str, gpu: GPU | str | None = None,
     degrees = tp_degrees if n_gpus is None else (_positive("n_gpus", n_gpus),)
     return Engine(model, gpu, tp_degrees=degrees, **deployment_keywords).point(
         input_tokens, output_tokens, n_gpus=n_gpus, max_model_len=max_model_len, batch=batch)
+
+
+def batch_sweep(model: str, gpus: Sequence[str], contexts: Sequence[int], *, output_tokens: int,
+                n_gpus: int = 1, **deployment_keywords: Any) -> list[dict[str, Any]]:
+    """``serving_point`` at every power-of-two batch 1 … 1,024 and at the pool's ceiling, per GPU
+    and context (prompt = context − ``output_tokens``), on ``n_gpus`` GPUs: one dict per point
+    with gpu, context ("8,192 tokens"), batch, n_gpus, tokens_per_s, per_user_tokens_per_s and
+    band_low / band_high (the speed model's held-out band at that batch, ``ErrorBand.low`` /
+    ``high``: a rate spans rate·(1 + low) … rate·(1 + high)). A batch past the ceiling is left
+    out; a context the pool holds no request of ends that GPU's sweep for it; the ceiling is
+    not repeated when it is a power of two already drawn."""
+    points: list[dict[str, Any]] = []
+    for g in gpus:
+        for ctx in contexts:
+            for b in [*(2**i for i in range(11)), None]:  # None: as many as the pool holds
+                try:
+                    pt = serving_point(model, g, input_tokens=ctx - output_tokens,
+                                       output_tokens=output_tokens, n_gpus=n_gpus, batch=b,
+                                       **deployment_keywords)
+                except BatchTooLarge:
+                    continue  # past the pool's ceiling: the last point (None) is the ceiling
+                except DoesNotFit:
+                    break  # the pool holds no request of this length
+                if b is None and points and points[-1]["gpu"] == g \
+                        and points[-1]["context"] == f"{ctx:,} tokens" \
+                        and points[-1]["batch"] == pt.batch:
+                    continue  # the ceiling is a power of two, already drawn
+                band = pt.band
+                points.append({"gpu": g, "context": f"{ctx:,} tokens", "batch": pt.batch,
+                               "n_gpus": n_gpus, "tokens_per_s": pt.tokens_per_s,
+                               "per_user_tokens_per_s": pt.per_user_tokens_per_s,
+                               "band_low": band.low if band else math.nan,
+                               "band_high": band.high if band else math.nan})
+    return points
