@@ -211,6 +211,16 @@ ENTRY_POINTS = {
     "Mamba1Layer": lambda n, f: kvlib.Mamba1Layer(n(64), n(16), n(4)),
     "Mamba2Layer": lambda n, f: kvlib.Mamba2Layer(n(64), n(64), n(128), n(8), n(4)),
     "GatedDeltaNetLayer": lambda n, f: kvlib.GatedDeltaNetLayer(n(16), n(32), n(128), n(128), n(4)),
+    "LightningAttentionLayer": lambda n, f: kvlib.LightningAttentionLayer(n(64), n(128)),
+    "simulate_serving": lambda n, f: kvlib.simulate_serving(
+        [[n(100), n(5)]] * 3, [f(0.0), f(0.1), f(0.2)], pool_blocks=n(64), block_size=n(16),
+        step_time=lambda b: 0.01, max_num_seqs=n(8), max_num_batched_tokens=n(512)).summary(),
+    "bench_serve": lambda n, f: kvlib.bench_serve(
+        _d(), [[n(100), n(5)]] * 4, request_rate=f(2.0), concurrency=n(2), seed=n(0)).summary(),
+    "SLO": lambda n, f: kvlib.SLO(ttft_s=f(2.0), tpot_s=f(0.05), percentile=f(99.0)),
+    "max_rate_at_slo": lambda n, f: kvlib.max_rate_at_slo(
+        _d(), [[n(200), n(8)]] * 20, kvlib.SLO(tpot_s=f(0.05)), seed=n(0),
+        tolerance=f(0.1)).rate_rps,
     "KVFormat": lambda n, f: kvlib.KVFormat("t", n(8), block=n(32), block_scale_bits=n(8)),
     "heads_per_gpu": lambda n, f: kvlib.heads_per_gpu(n(8), n(2)),
     "mamba_groups_per_gpu": lambda n, f: kvlib.mamba_groups_per_gpu(n(8), n(2)),
@@ -438,7 +448,8 @@ RECORDS = {"Pool": "kv_pool", "Step": "decode_step", "SimResult": "simulate",
            "ParamCounts": "weight_bytes", "DoesNotFit": "serving_point",
            "BatchTooLarge": "serving_point", "Overheads": "kv_pool", "GPU": "kv_pool",
            "Model": "model_from_layers", "count_params": "weight_bytes",
-           "critical_batch": "decode_step", "WeightFormat": "weight_bytes"}
+           "critical_batch": "decode_step", "WeightFormat": "weight_bytes",
+           "ServingRun": "simulate_serving", "SLOCapacity": "max_rate_at_slo"}
 
 
 def test_every_public_function_taking_numbers_is_fed_numpy_numbers():
