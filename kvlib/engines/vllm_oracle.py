@@ -20,6 +20,15 @@ from numpy.typing import NDArray
 from ..core.checks import positive_integer
 
 
+def _cpu_environment() -> None:
+    """vLLM on this CPU: its device and an offline hub, set before vLLM is first imported (the
+    platform is fixed at import, so every entry point here sets them, not only the first)."""
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
 def vllm_prefix_hits(requests: Sequence[Any], *, block_size: int = 16,
                      capacity_blocks: int | None = None,
                      outputs: Sequence[Any] | None = None) -> NDArray[np.int64]:
@@ -28,6 +37,7 @@ def vllm_prefix_hits(requests: Sequence[Any], *, block_size: int = 16,
     ``capacity_blocks=None`` gives the pool one block more than all requests together hold, so
     nothing is ever evicted. Raises ValueError when a request does not fit the pool.
     """
+    _cpu_environment()
     import torch
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
@@ -101,9 +111,7 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
     computed tokens reached its length samples one token (token id 0). With nothing unfinished
     the clock jumps to the next arrival. Needs ``VLLM_TARGET_DEVICE=cpu`` (set here if unset).
     """
-    import os
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _cpu_environment()
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import SamplingParams
