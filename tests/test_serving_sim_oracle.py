@@ -1,4 +1,4 @@
-"""``simulate_serving`` against vLLM 0.33's own v1 ``Scheduler`` (``kvlib.vllm_oracle``).
+"""``simulate_serving`` against vLLM 0.33's own v1 ``Scheduler`` (``kvlib.engines.vllm_oracle``).
 
 Both are fed the same requests, arrival times and pool, and the same step law (6 ms + 0.06 ms per
 scheduled token + 3 ns per context token: an 8B model on one H100, roughly), on a virtual clock.

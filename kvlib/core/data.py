@@ -316,7 +316,7 @@ SCHEMAS: dict[str, Schema] = {
                   "concurrency": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
                   "output_tokens": _POSITIVE_COUNT},
         unique=("id",), source=("source_url",)),
-    # the fresh validation set: never fitted, never used for a design choice (kvlib.calibrate)
+    # the fresh validation set: never fitted, never used for a design choice (kvlib.fit.calibrate)
     "speed_fresh.csv": Schema(
         required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
                   "gpu": TEXT, "n_gpus": _POSITIVE_COUNT, "tp": _POSITIVE_COUNT,
@@ -371,7 +371,7 @@ SCHEMAS: dict[str, Schema] = {
                   "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE},
         optional={"gpu_slug": SLUG_CELL},
         unique=("id",), source=("source_url",)),
-    # written by kvlib.calibrate.write_error_bands from throughput.csv (its sources per row)
+    # written by kvlib.fit.calibrate.write_error_bands from throughput.csv (its sources per row)
     "speed_error_bands.csv": Schema(
         required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,
                   "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
@@ -426,7 +426,7 @@ def schema_for(name: str) -> Schema:
     folder = name.rsplit("/", 1)[0] + "/*.csv" if "/" in name else None
     if folder in SCHEMAS:
         return SCHEMAS[folder]
-    raise KeyError(f"no schema for data/{name}: add one to kvlib.data.SCHEMAS")
+    raise KeyError(f"no schema for data/{name}: add one to kvlib.core.data.SCHEMAS")
 
 
 @lru_cache(maxsize=None)

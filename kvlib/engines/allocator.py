@@ -409,7 +409,7 @@ def simulate(requests: ArrayLike, pool_tokens: int, policy: str = "paged", block
 
     ``prefix_ids`` (paged only) turns on vLLM-style prefix caching: one list per request of the
     chained block ids of its prompt's full blocks (⌊prompt / block_size⌋ ids, e.g. from
-    ``kvlib.prefix.block_requests``). Admission looks up the longest cached run among the
+    ``kvlib.engines.prefix.block_requests``). Admission looks up the longest cached run among the
     first ⌊(prompt − 1) / block_size⌋ blocks, shares those blocks with the requests holding
     them, and caches the rest of the prompt's full blocks; finished and preempted requests
     leave their prompt blocks cached but free, least recently freed evicted first, so cached

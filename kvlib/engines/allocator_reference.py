@@ -3,7 +3,7 @@
 ``simulate`` jumps from event to event and integrates what happens in between in closed form.
 This module does the obvious thing instead: it walks every step with the allocators themselves
 (``BlockAllocator``; the same with vLLM's prefix cache; first-fit or buddy reservations) and sums
-what each step holds. It follows the same scheduling rules (see ``kvlib.allocator``): running
+what each step holds. It follows the same scheduling rules (see ``kvlib.engines.allocator``): running
 requests grow, oldest first, preempting the newest when no block is free; otherwise the queue is
 admitted first come first served; the step is measured; requests at their final length finish.
 It is slow (steps × running requests) and meant to be read; the tests check ``simulate``

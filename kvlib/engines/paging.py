@@ -1,6 +1,6 @@
 """Paging economics on top of the allocator simulator: sweeps, closed forms, throughput trade-offs.
 
-Everything here calls ``kvlib.allocator.simulate`` (or is exact arithmetic on request lengths) and
+Everything here calls ``kvlib.engines.allocator.simulate`` (or is exact arithmetic on request lengths) and
 returns plain numbers or small DataFrames for the paging chapter:
 
 - ``time_weighted_lengths`` / ``reserve_max_shares``: the closed form of Orca (Max) at saturation,
@@ -29,7 +29,7 @@ from .workloads import alpaca, as_requests, sharegpt
 
 #: Shares of pool token-steps in the vLLM paper's Fig. 2 order (SimResult.pool_breakdown keys).
 BREAKDOWN = ("token_states", "reservation", "internal", "free")
-#: Synthetic workloads ``simulated`` can draw (kvlib.workloads).
+#: Synthetic workloads ``simulated`` can draw (kvlib.engines.workloads).
 WORKLOADS = ("sharegpt", "alpaca")
 
 

@@ -1,4 +1,4 @@
-"""vLLM's own KV-cache manager as an oracle for ``kvlib.prefix`` (needs ``requirements-vllm.txt``).
+"""vLLM's own KV-cache manager as an oracle for ``kvlib.engines.prefix`` (needs ``requirements-vllm.txt``).
 
 ``vllm_prefix_hits`` drives ``vllm.v1.core.kv_cache_manager.KVCacheManager`` (vLLM 0.33.0) on the
 CPU exactly as the v1 scheduler does for requests that run one after another: look up the

@@ -1,5 +1,5 @@
 """The speed model against measurements: the one place that loads measured speeds, fits the
-constants of :mod:`kvlib.roofline` and reports their error.
+constants of :mod:`kvlib.speed.roofline` and reports their error.
 
 Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can be asked about.
 
@@ -111,7 +111,7 @@ def _group(text: str, table: Mapping[str, str], what: str) -> str:
         if text.startswith(key):
             return value
     raise ValueError(f"measured point from an unknown {what} {text!r}: add it to "
-                     f"kvlib.calibrate.{'SOURCE_GROUPS (or FRESH_SOURCE_GROUPS)' if what == 'source' else 'ENGINES'}")
+                     f"kvlib.fit.calibrate.{'SOURCE_GROUPS (or FRESH_SOURCE_GROUPS)' if what == 'source' else 'ENGINES'}")
 
 
 def _assumed_format(weight_dtype: str) -> str | dict[str, str] | None:
@@ -479,7 +479,7 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Effi
                       step_s=tuple((n.split(":", 1)[1], float(values[n])) for n in names
                                    if n.startswith("step:")),
                       block_s=tuple((k, float(values[f"block:{k}"])) for k in BLOCK_KINDS),
-                      communication=True, source="kvlib.calibrate.fit")
+                      communication=True, source="kvlib.fit.calibrate.fit")
 
 
 def rounded(eff: Efficiency) -> Efficiency:

@@ -5,7 +5,7 @@ with ``validation.log_pool`` (``kv_pool`` from the log's own settings) — the a
 the KV tokens, or the weights, whichever the log prints — and every log that prints both its KV
 memory and its KV tokens also gets the block arithmetic alone checked (tokens from the logged
 memory). Errors are ``predicted ÷ logged − 1``. The speed model's error lives with its fit, in
-:mod:`kvlib.calibrate`.
+:mod:`kvlib.fit.calibrate`.
 """
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def _gpu_rows(path: Path, mtime: float) -> pd.DataFrame:
 
 def gpu_table() -> pd.DataFrame:
     """``data/gpus.csv`` as a DataFrame indexed by slug (strings, as stored; every row checked
-    by ``kvlib.data``)."""
+    by ``kvlib.core.data``)."""
     path = csv_path("gpus.csv")
     return _gpu_rows(path, path.stat().st_mtime).copy()
 
@@ -236,7 +236,7 @@ def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
 
 def load_prices() -> pd.DataFrame:
     """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer; every
-    row checked by ``kvlib.data``: a positive price, a date, a source)."""
+    row checked by ``kvlib.core.data``: a positive price, a date, a source)."""
     path = csv_path("prices.csv")
     prices = pd.read_csv(path, keep_default_na=False, dtype={"date": str})
     unknown = sorted(set(prices["gpu"]) - set(gpu_slugs()))

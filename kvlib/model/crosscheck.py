@@ -81,7 +81,7 @@ RESULT_FILE = "validation/crosscheck.csv"
 
 def hf_config_dict(slug: str, n_layers: int | None = None) -> dict[str, Any]:
     """The registry config of ``slug`` as transformers reads it, optionally cut to ``n_layers``
-    (:func:`kvlib.hf_config.transformers_config`)."""
+    (:func:`kvlib.model.hf_config.transformers_config`)."""
     try:
         return transformers_config(model_record(slug)["config"], n_layers)
     except ValueError as exc:

@@ -24,7 +24,7 @@ token per head, or one per small block of elements — they are part of every to
   (``deepseek-ai/FlashMLA`` README, "FP8 KV Cache").
 
 A plain dtype is a format too (``plain``). Each layer kind turns a format into its bytes
-(:mod:`kvlib.layers`); :meth:`kvlib.Model.kv_bytes_per_token` and :meth:`kvlib.Model.kv_bytes`
+(:mod:`kvlib.model.layers`); :meth:`kvlib.Model.kv_bytes_per_token` and :meth:`kvlib.Model.kv_bytes`
 take a format wherever they take a dtype. Per-tensor constants are left out.
 """
 from __future__ import annotations

@@ -4,9 +4,9 @@
 one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
 shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet, MiniMax lightning
 attention), the MLP/MoE shapes,
-vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.params`` (the
-parameter counts), ``kvlib.capacity`` (the activation width, the vocabulary) and
-``kvlib.crosscheck`` all work from this record; no other module reads config keys.
+vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.model.params`` (the
+parameter counts), ``kvlib.engines.capacity`` (the activation width, the vocabulary) and
+``kvlib.model.crosscheck`` all work from this record; no other module reads config keys.
 
 Field spellings follow what transformers reads (``n_head``/``num_attention_heads``, ...); where a
 published config omits a field that transformers fills in with a class default, the default is

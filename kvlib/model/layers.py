@@ -3,7 +3,7 @@
 Like vLLM's KV cache specs (``vllm/v1/kv_cache_interface.py``), every class answers for itself:
 
 * ``bytes_per_token(fmt, tp)`` — bytes one GPU adds per token in a KV format (a plain dtype
-  name, a :data:`kvlib.quant.FORMATS` name or a :class:`~kvlib.quant.KVFormat`), scales
+  name, a :data:`kvlib.model.formats.FORMATS` name or a :class:`~kvlib.model.formats.KVFormat`), scales
   included; ``scale_bytes_per_token`` is the scales' share; 0 for constant-state layers;
 * ``tokens_held(n_tokens)`` — tokens of per-token state a sequence of ``n_tokens`` keeps;
 * ``state_bytes(tp, conv_dtype, ssm_dtype)`` — constant per-sequence state on one GPU

@@ -1,6 +1,6 @@
 """A model as a stack of layers, built from the architecture record of its ``config.json``.
 
-:mod:`kvlib.hf_config` reads the config; this module turns the record into cache layers.
+:mod:`kvlib.model.hf_config` reads the config; this module turns the record into cache layers.
 
 Symbols (the book's notation): L layers, K KV heads, H head dim, T tokens, b bytes/element.
 For plain attention the per-token cache is 2 × L × K × H × b; MLA, sliding windows and
@@ -31,9 +31,9 @@ class Model:
     name: display name; layers: one entry per decoder layer; n_heads: query heads (for the
     MHA/GQA/MQA label); dtype: the checkpoint's dtype (``torch_dtype``), the default dtype of
     constant recurrent state; ssm_dtype: the recurrent (SSM) state dtype the config asks for, if
-    any; architecture: the record it was read from (:mod:`kvlib.hf_config`), for parameter
+    any; architecture: the record it was read from (:mod:`kvlib.model.hf_config`), for parameter
     counts and activation sizes; None for models built from explicit layers; checkpoint: the
-    published checkpoint's size, where the registry records it (``kvlib.params.loaded_weights``).
+    published checkpoint's size, where the registry records it (``kvlib.model.params.loaded_weights``).
     """
 
     name: str
@@ -213,7 +213,7 @@ class Model:
         MLA (``kv_lora_rank`` + ``qk_rope_head_dim``) and hybrid stacks (``layer_types`` with
         linear attention, ``full_attention_interval``, Nemotron-H ``hybrid_override_pattern``).
         Raises ValueError naming the field that is missing or invalid. The reading itself is
-        :func:`kvlib.hf_config.read_config`; the record is kept as ``architecture``.
+        :func:`kvlib.model.hf_config.read_config`; the record is kept as ``architecture``.
         """
         return model_from_architecture(read_config(config, name))
 
@@ -277,7 +277,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
 
 
 def model_from_architecture(arch: Architecture) -> Model:
-    """The Model (its cache layers) of an architecture record from :mod:`kvlib.hf_config`."""
+    """The Model (its cache layers) of an architecture record from :mod:`kvlib.model.hf_config`."""
     return Model(name=arch.name, layers=_layers(arch), n_heads=arch.query_heads,
                  dtype=arch.dtype, ssm_dtype=arch.ssm_dtype, architecture=arch)
 

@@ -193,7 +193,7 @@ def _lightning_params(g: Lightning, hidden: int) -> tuple[int, int]:
 
 
 def count_architecture(arch: Architecture) -> ParamCounts:
-    """Parameter counts of an architecture record (:func:`kvlib.hf_config.read_config`).
+    """Parameter counts of an architecture record (:func:`kvlib.model.hf_config.read_config`).
 
     Raises ValueError naming a config field the count needs and the record lacks.
     """

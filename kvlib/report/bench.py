@@ -1,14 +1,14 @@
 """Benchmarks: ``python -m kvlib.report.bench [N ...] [--chat-sessions S] [--trace-requests R]
 [--serving-requests N ...] [--vllm-requests V]``.
 
-Paging: ShareGPT-like requests (kvlib.workloads.sharegpt, seed 0), all arriving at step 0, served
+Paging: ShareGPT-like requests (kvlib.engines.workloads.sharegpt, seed 0), all arriving at step 0, served
 by continuous batching from a 458,752-token pool in 16-token blocks (Llama-3.1-8B on an H100 at
 gpu-memory-utilization 0.9, the source article's example). Prints wall time, requests/s and
 simulated token-steps/s (one running request for one step) for each N.
 
-Prefix caching: (1) multi-turn chat (``kvlib.prompts.multi_turn_chat``, S conversations of 8
+Prefix caching: (1) multi-turn chat (``kvlib.engines.prompts.multi_turn_chat``, S conversations of 8
 turns behind 4 system prompts, answers cached) replayed by ``kvlib.replay_prefix_cache`` and by
-vLLM's own ``KVCacheManager`` (``kvlib.vllm_oracle``, needs requirements-vllm.txt) on the same
+vLLM's own ``KVCacheManager`` (``kvlib.engines.vllm_oracle``, needs requirements-vllm.txt) on the same
 requests, unbounded and through a pool of a quarter of the blocks, with identical hits required;
 (2) R requests of trace form — Mooncake's conversation trace tiled with fresh ids for every
 copy — through a 16,000-block (512-token) cache.

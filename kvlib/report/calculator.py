@@ -2,7 +2,7 @@
 
 ``calculator(data, summary)`` emits a ``<div>`` holding ``summary`` (the starting case as
 plain HTML, what a reader without JavaScript sees) and the data of
-``kvlib.answer.calculator_data``, gzip-compressed and base64-encoded in a JSON ``<script>``;
+``kvlib.report.answer.calculator_data``, gzip-compressed and base64-encoded in a JSON ``<script>``;
 ``book/_static/kvlib-calculator.js`` unpacks it in the browser and draws the controls and the
 figures. Ids are hashes of the content, so executing a chapter twice gives identical outputs.
 
@@ -52,7 +52,7 @@ class Html:
 
 def calculator(data: Mapping[str, Any], summary: str) -> Html:
     """The calculator's output: ``summary`` (HTML) shown until the script draws the calculator
-    from ``data`` (``kvlib.answer.calculator_data``)."""
+    from ``data`` (``kvlib.report.answer.calculator_data``)."""
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     packed = pack(text)
     ident = "kvlib-calculator-" + hashlib.sha1(packed.encode()).hexdigest()[:12]

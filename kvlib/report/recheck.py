@@ -341,7 +341,7 @@ MAX_SIM_REQUESTS = 100_000
 
 
 def _sim(quantity: str, **inputs: Any) -> float:
-    """One quantity of a simulated serving run (``kvlib.paging.simulated``; shares as fractions)."""
+    """One quantity of a simulated serving run (``kvlib.engines.paging.simulated``; shares as fractions)."""
     from ..engines.paging import simulated
 
     integer("n_requests", inputs.get("n_requests", 10_000), minimum=1, maximum=MAX_SIM_REQUESTS)
@@ -358,7 +358,7 @@ def _engine_block_size(engine: str, version: str = "current") -> int:
 def _pool(model: str, gpu: str, n_gpus: int = 1, gpu_memory_utilization: float = 0.9,
           weight_dtype: Any = "bf16", kv_dtype: str = "bf16", max_num_batched_tokens: int = 8192,
           max_num_seqs: int | None = None, overheads: str = "vllm") -> Any:
-    """``kvlib.capacity.kv_pool`` with ``overheads`` "vllm" (calibrated) or "none"."""
+    """``kvlib.engines.capacity.kv_pool`` with ``overheads`` "vllm" (calibrated) or "none"."""
     from ..deployment import Deployment
     from ..engines.capacity import NO_OVERHEADS, VLLM, kv_pool
 
@@ -390,7 +390,7 @@ def _max_concurrency(context_tokens: int, **inputs: Any) -> float:
 
 
 def _model_weight_bytes(model: str, weight_dtype: Any = "bf16", tp: int = 1) -> int:
-    """Weight bytes per GPU from the registry config's parameter count (``kvlib.params``)."""
+    """Weight bytes per GPU from the registry config's parameter count (``kvlib.model.params``)."""
     from ..model.params import weight_bytes
     from ..model.weights import params_for
 
@@ -398,7 +398,7 @@ def _model_weight_bytes(model: str, weight_dtype: Any = "bf16", tp: int = 1) -> 
 
 
 def _critical_batch(gpu: str, weight_dtype: str = "bf16") -> float:
-    """Peak FLOP/s ÷ bandwidth × bytes per weight ÷ 2 (``kvlib.roofline.critical_batch``)."""
+    """Peak FLOP/s ÷ bandwidth × bytes per weight ÷ 2 (``kvlib.speed.roofline.critical_batch``)."""
     from ..speed.roofline import critical_batch
 
     return critical_batch(gpu, weight_dtype)
@@ -407,7 +407,7 @@ def _critical_batch(gpu: str, weight_dtype: str = "bf16") -> float:
 def _decode_speedup(model: str, gpu: str, batch_from: int, batch_to: int, context_tokens: int,
                     n_gpus: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                     efficiency: str = "calibrated") -> float:
-    """Decode tokens/s at ``batch_to`` ÷ at ``batch_from`` (``kvlib.roofline.decode_step``)."""
+    """Decode tokens/s at ``batch_to`` ÷ at ``batch_from`` (``kvlib.speed.roofline.decode_step``)."""
     from ..deployment import Deployment
     from ..speed.roofline import CALIBRATED, DATASHEET, decode_step
 
@@ -440,7 +440,7 @@ def _prefix_trace_stat(stat: str, trace: str = "mooncake_conversation") -> float
 
 def _prefix_hit_tokens(hash_ids: list, input_tokens: list, block_size: int,
                        engine: str = "vllm") -> float:
-    """Tokens the last of these trace requests hits, replayed in order (``kvlib.prefix``)."""
+    """Tokens the last of these trace requests hits, replayed in order (``kvlib.engines.prefix``)."""
     from ..engines.prefix import BlockTrace, replay_prefix_cache
 
     trace = BlockTrace.from_lists(hash_ids, input_tokens, block_size)

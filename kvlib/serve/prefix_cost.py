@@ -1,7 +1,7 @@
 """What a prefix-cache hit is worth: prefill time, time to first token, $ per input token, and
 when loading a cached prefix from CPU memory or SSD beats computing it again.
 
-Everything is composed from ``kvlib.roofline.prefill_step`` (chapter 4's speed model) and
+Everything is composed from ``kvlib.speed.roofline.prefill_step`` (chapter 4's speed model) and
 ``kvlib.cost.cost_per_million_tokens``; nothing here has constants of its own.
 
 **Prefill with a cached prefix.** A prompt of T tokens whose first H are cached computes only

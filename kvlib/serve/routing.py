@@ -1,7 +1,7 @@
 """Cache-aware routing: which replica serves a request decides whether its prefix is cached.
 
 ``route_requests(requests, n_replicas, policy)`` sends requests in arrival order to one of
-``n_replicas`` engines, each with its own vLLM prefix cache (``kvlib.prefix.VllmBlockCache``), and
+``n_replicas`` engines, each with its own vLLM prefix cache (``kvlib.engines.prefix.VllmBlockCache``), and
 reports the hits and how evenly the requests were spread. Policies:
 
 * ``"round_robin"`` — request i to replica i mod R: even load, prefixes scattered;

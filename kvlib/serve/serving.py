@@ -21,7 +21,7 @@ speed, time to first token, dollars and the speed model's error out.
 5. dollars (``ServingPoint.dollars_per_million`` …): price × GPUs ÷ tokens per second.
 
 ``Engine`` answers many requests on one engine (model, GPU, formats, utilization), sizing each
-degree's pool once; the landing page's grid (``kvlib.answer.answer_grid``) asks one for every
+degree's pool once; the landing page's grid (``kvlib.report.answer.answer_grid``) asks one for every
 model, checkpoint, GPU and setting it offers.
 """
 from __future__ import annotations

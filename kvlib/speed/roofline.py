@@ -20,14 +20,14 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
   kernels gather scattered blocks) and doing matmuls (fitted);
 * fixed costs: a per-step cost of the engine (scheduling, sampling; one per engine and
   platform) and a per-block cost by block kind (kernel launches and small ops that do not grow
-  with bytes) — both fitted by :mod:`kvlib.calibrate`;
+  with bytes) — both fitted by :mod:`kvlib.fit.calibrate`;
 * all-reduces: one after every block (attention or recurrent mixer, MLP or MoE) under tensor
   parallelism — a hybrid stack counts the mixers it really has (``blocks``); the latency α
   comes from published microbenchmarks (``hardware.allreduce_latency``) and the bytes term
   from the datasheet link bandwidth (``allreduce_time_s``).
 
 ``DATASHEET`` is the pure roofline (η = 1, no fixed costs, no all-reduces); ``CALIBRATED``
-holds the constants :func:`kvlib.calibrate.fit` finds on the train half of the measurements.
+holds the constants :func:`kvlib.fit.calibrate.fit` finds on the train half of the measurements.
 ``serving_steps`` turns steps into what a serving benchmark measures: other requests'
 prefill shares the decode steps (chunked prefill), so time per output token is not pure decode.
 """
@@ -122,7 +122,7 @@ def engine_key(engine: str, gpu: GPU) -> str:
 
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
-#: Fitted by ``kvlib.calibrate.fit`` on the train half of the modern measurements in
+#: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
 #: data/throughput.csv (see Appendix A, chapters/appendix_a_validation.md, for its held-out error); tests/test_calibrate.py refits
 #: and checks these values.
 CALIBRATED = Efficiency(
@@ -138,7 +138,7 @@ CALIBRATED = Efficiency(
              ("recurrent", 5.7e-6),
              ("dense_ffn", 35.1e-6),
              ("moe_ffn", 25.5e-6)),
-    communication=True, source="kvlib.calibrate.fit")
+    communication=True, source="kvlib.fit.calibrate.fit")
 
 
 @dataclass(frozen=True)
