@@ -1,7 +1,8 @@
 """The config corpus (data/config_corpus/): 65 published config.json files of 2025-2026 models
 that the reader was not written for. Each must be sized, or refused by name for a field that
 really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
-a name-pattern guess alone. CORPUS_REPORT.md gives the modeling code behind each verdict."""
+a name-pattern guess alone. Each verdict rests on the model type's modeling code in transformers
+5.24.0 or vLLM 0.33.0."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ FILES = sorted(CORPUS.glob("*.json"))
 RECORDS = {path.stem: json.loads(path.read_text()) for path in FILES}
 
 #: Refused for a field that changes the cache, with the field (checked against the modeling code
-#: of transformers 5.24.0 / vLLM 0.33.0; see CORPUS_REPORT.md).
+#: of transformers 5.24.0 / vLLM 0.33.0).
 CACHE_REFUSALS = {
     **dict.fromkeys(["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-nvfp4",
                      "deepseek-v4-pro-nvfp4", "deepseek-v4-flash-nvfp4-fp8"], "compress_ratios"),

@@ -1,11 +1,12 @@
 """SGLang's and TensorRT-LLM's KV pools (kvlib.engines.sglang, kvlib.engines.tensorrt_llm) and
 kvlib.kv_pool's dispatch on ``Deployment.engine``.
 
-Expectations are hand-computed from the formulas of ENGINES_REPORT.md (branch engine-pools),
-which cites SGLang 0.5.23's wheel line by line and TensorRT-LLM's source by commit; the
-arithmetic is in the comments. SGLang's own code is no oracle here: ``import sglang`` fails in
-/work/main/.venv (not installed; it needs torch with CUDA, triton and a dozen more packages), so
-the report's CPU run of SGLang's resolution (its table of ``mem_fraction_static`` per GPU and TP)
+Expectations are hand-computed from the formulas kvlib/engines/sglang.py and tensorrt_llm.py
+state (SGLang 0.5.23's wheel; TensorRT-LLM's source by commit); the arithmetic is in the
+comments. SGLang's own code is no oracle here: ``import sglang`` fails in
+the project's .venv (not installed: with triton it is about 1.2 GB), so
+a run of SGLang's own resolution on this CPU, in a scratch install (its table of
+``mem_fraction_static`` per GPU and TP),
 is transcribed below and checked instead.
 """
 from __future__ import annotations
@@ -55,7 +56,8 @@ def test_small_gpu_floor_and_running_cap():
 
 
 #: mem_fraction_static for tp 1, 2, 4, 8 as SGLang 0.5.23's own ServerArgs resolution printed it on
-#: CPU (ENGINES_REPORT.md, "What ran on this CPU", table 1), for every NVIDIA GPU of gpus.csv.
+#: this CPU (its resolution run with the GPU's memory given, Dec 2026), for every NVIDIA GPU of
+#: gpus.csv.
 SGLANG_RESOLVED = {
     "a100-40gb": (0.833, 0.83, 0.817, 0.805), "a100-80gb": (0.836, 0.834, 0.825, 0.819),
     "h100-sxm": (0.835, 0.834, 0.824, 0.818), "h100-pcie": (0.836, 0.834, 0.825, 0.819),

@@ -1,8 +1,8 @@
 """The KV pool the way SGLang sizes it (SGLang 0.5.23), from the same ``Deployment``.
 
 SGLang (``python -m sglang.launch_server --tp T --mem-fraction-static f``) does, on every GPU
-(our formulas, read in the 0.5.23 wheel; ENGINES_REPORT.md on branch ``engine-pools`` cites
-each line):
+(our formulas, read in the sglang 0.5.23 wheel from PyPI: ``srt/server_args.py``,
+``srt/model_executor/model_runner.py``, ``srt/mem_cache/memory_pool.py``):
 
 1. **the fraction** ``mem_fraction_static`` f, when not given, from the GPU's nvidia-smi total G
    (MiB), the tensor-parallel degree and the CUDA-graph/prefill defaults

@@ -1,8 +1,8 @@
 """The KV pool the way TensorRT-LLM's PyTorch backend (``trtllm-serve``) sizes it.
 
 TensorRT-LLM (``tensorrt_llm/_torch/pyexecutor/_util.py``, ``KvCacheCreator`` /
-``configure_kv_cache_capacity``; ``llmapi/llm_args.py`` ``KvCacheConfig``; ENGINES_REPORT.md on
-branch ``engine-pools`` cites each with its commit) does, on every GPU:
+``configure_kv_cache_capacity``, at NVIDIA/TensorRT-LLM commit d8ae02caed59; ``llmapi/llm_args.py``
+``KvCacheConfig``) does, on every GPU:
 
 1. loads the weights, then runs a profiling pass: dummy prefill requests of
    min(``max_num_tokens``, ``max_seq_len`` − 1) tokens until ``max_num_tokens`` tokens in all,
