@@ -27,6 +27,9 @@ ENGINES = ("vllm", "sglang", "tensorrt-llm")
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
 #: The vLLM release the book pins (``requirements-vllm.txt``) and tests its oracles against.
 VLLM_VERSION = "0.33.0"
+#: The release of each engine whose rules kvlib follows when a deployment names none: vLLM's
+#: pinned one, SGLang's wheel read for its pool, TensorRT-LLM's source commit read for its pool.
+ENGINE_VERSIONS = {"vllm": VLLM_VERSION, "sglang": "0.5.23", "tensorrt-llm": "d8ae02caed59"}
 
 #: The ``gpu_memory_utilization`` the book's figures use when none is given: vLLM's default
 #: until vLLM PR #38284 (2026) raised it to ``VLLM_DEFAULT_UTILIZATION``.
@@ -81,7 +84,7 @@ class Deployment:
     kv: KVFormat | str = "bf16"
     #: The serving engine, one of ``ENGINES``.
     engine: str = "vllm"
-    #: The engine release where behaviour depends on it; None: the one the book pins.
+    #: The engine release where behaviour depends on it; None: ``ENGINE_VERSIONS[engine]``.
     engine_version: str | None = None
     #: The engine's memory fraction, (0, 1]: vLLM's ``--gpu-memory-utilization``, SGLang's
     #: ``--mem-fraction-static``, TensorRT-LLM's ``free_gpu_memory_fraction``; None: vLLM
@@ -144,7 +147,7 @@ class Deployment:
         ``max_model_len``, whose default is the request's own length."""
         g = self.gpu
         return self.with_(
-            engine_version=self.engine_version or VLLM_VERSION,
+            engine_version=self.engine_version or ENGINE_VERSIONS[self.engine],
             gpu_memory_utilization=(BOOK_UTILIZATION if self.gpu_memory_utilization is None
                                     else float(self.gpu_memory_utilization)),
             max_num_seqs=(default_max_num_seqs(g) if self.max_num_seqs is None

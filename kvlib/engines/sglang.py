@@ -50,7 +50,7 @@ import pandas as pd
 
 from ..core.checks import integer, positive_integer
 from ..core.units import GIB, MIB
-from ..deployment import Deployment
+from ..deployment import ENGINE_VERSIONS, Deployment
 from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU, resolve_gpu
 from ..model.formats import KVFormat
@@ -59,7 +59,7 @@ from ..model.weights import loaded_weights
 from .capacity import check_max_model_len, derived_max_model_len
 
 #: The SGLang release these rules were read in (the PyPI wheel).
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = ENGINE_VERSIONS["sglang"]
 #: SGLang's default ``--page-size`` on CUDA and ROCm (``arg_groups/overrides.py``).
 DEFAULT_PAGE_SIZE = 1
 #: ``--mamba-full-memory-ratio`` fallback: state memory ÷ full-attention KV memory.
