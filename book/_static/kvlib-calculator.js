@@ -251,7 +251,7 @@
                      money(v("prefix_cold") * price) + " per 1M") + "; with a " +
                      Math.round(data.hit_rate * 100) + " % prefix hit rate, " +
                      money(v("prefix_cached") * price) + " (the method of ");
-      var a = el("a", { href: "07_prefix_caching.html" }, "chapter 6");
+      var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
       pre.appendChild(a);
       pre.appendChild(document.createTextNode(", at this page's price)."));
       var offer = g.prices[sKind.value];

@@ -429,8 +429,8 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
 
 #: The "What should I buy" table's columns, in order: the deciding one first, so that a phone
 #: (390 px) shows it without scrolling sideways; then what identifies the case and the answer.
-BUY_COLUMNS = {"output_cost_slow": "$ per 1M output tokens", "model_name": "model",
-               "input_tokens": "prompt (tokens)", "deployment": "GPUs, weights · KV cache",
+BUY_COLUMNS = {"output_cost_slow": "$ per 1M output tokens", "deployment": "GPUs, weights · KV cache",
+               "model_name": "model", "input_tokens": "prompt (tokens)",
                "requests": "requests in flight", "per_user_slow": "tokens/s per user"}
 
 
