@@ -22,6 +22,7 @@ import pandas as pd
 from ..core.data import csv_path
 from ..deployment import ENGINES, Deployment
 from ..engines.workloads import random_lengths
+from ..fit import calibrate
 from .load import bench_serve, run_row, saturated_rps
 
 #: The spread of the lengths drawn for a dataset (a share of the mean): ``random`` as
@@ -35,6 +36,13 @@ RATE_BANDS = ((0.0, 0.5, "light (< 50 % of saturation)"), (0.5, 0.9, "near the k
               (0.9, math.inf, "at or past saturation (≥ 90 %)"))
 CONCURRENCY_BANDS = ((1, 1, "concurrency 1"), (2, 16, "concurrency 2–16"),
                      (17, 1 << 30, "concurrency > 16"))
+#: TTFT measurements of the speed data replayed under load, per engine (a seeded sample: the
+#: replays take about 30 ms each on this 2-core machine; all 1,153 would add half a minute).
+#: vLLM, whose scheduling the replay is, gets the most.
+QUEUED_TTFT_SAMPLE = {"vllm": 100, "sglang": 40, "tensorrt-llm": 40}
+#: Requests replayed per TTFT point, as a multiple of its client concurrency (at least
+#: ``QUEUED_TTFT_MIN`` requests): three waves of the closed loop.
+QUEUED_TTFT_WAVES, QUEUED_TTFT_MIN = 3, 12
 #: Measured statistics compared, as (column of the data, key of ``run_row``, scale to seconds).
 COMPARED = (("median_ttft_ms", "median_ttft_s", 1e-3), ("p99_ttft_ms", "p99_ttft_s", 1e-3),
             ("median_tpot_ms", "median_tpot_s", 1e-3),
@@ -133,3 +141,44 @@ def error_table(errors: pd.DataFrame | None = None) -> pd.DataFrame:
 def signed_median(errors: pd.DataFrame, stat: str) -> float:
     """The median signed error of ``stat`` (negative: the prediction is too fast / too low)."""
     return float(np.nanmedian(errors[f"{stat}_error"].to_numpy(dtype=float)))
+
+
+@lru_cache(maxsize=1)
+def queued_ttft_errors(seed: int = 0) -> pd.DataFrame:
+    """Time to first token with and without queueing, against closed-loop measurements.
+
+    A seeded sample of TTFT points of the speed data, ``QUEUED_TTFT_SAMPLE`` per engine (the
+    ``"ttft"`` points of ``calibrate.validate``: benchmarks at a client concurrency ``c``, fixed
+    prompt and output lengths), each replayed with ``bench_serve`` closed loop at ``c``
+    (``QUEUED_TTFT_WAVES`` × ``c`` requests, at least ``QUEUED_TTFT_MIN``); the median TTFT of the
+    replay is ``queued_s``. ``unqueued_s`` is the speed model's TTFT alone (the request's own
+    prompt steps plus half a running step, as ``validate`` predicts it). Columns: engine,
+    source_group, model, gpu, tp, concurrency, batch_range, measured_s, unqueued_s, queued_s and
+    both errors (predicted ÷ measured − 1). Points whose deployment does not fit kvlib's memory
+    model are left out; ``attrs["not_fit"]`` counts them."""
+    points = calibrate.validate()
+    points = points[points["role"] == "ttft"]
+    sample = pd.concat(group.sample(min(QUEUED_TTFT_SAMPLE[engine], len(group)), random_state=seed)
+                       for engine, group in points.groupby("engine", sort=True))
+    rows, not_fit = [], 0
+    for key, p in sample.iterrows():
+        c = int(p["concurrency"])
+        d = Deployment(p["model"], p["gpu"], tp=int(p["tp"]), weights=p["weight_format"],
+                       kv=p["kv_dtype"], engine=p["engine"])
+        n = max(QUEUED_TTFT_WAVES * c, QUEUED_TTFT_MIN)
+        requests = np.tile([int(p["input_tokens"]), int(p["output_tokens"])], (n, 1))
+        try:
+            run = bench_serve(d, requests, concurrency=c)
+        except ValueError:  # the deployment does not fit kvlib's memory model
+            not_fit += 1
+            continue
+        queued = float(np.median(run.ttft_s))
+        rows.append({"id": key, "engine": p["engine"], "source_group": p["source_group"],
+                     "model": p["model"], "gpu": p["gpu"], "tp": int(p["tp"]), "concurrency": c,
+                     "batch_range": p["batch_range"], "measured_s": float(p["value"]),
+                     "unqueued_s": float(p["predicted"]), "queued_s": queued,
+                     "unqueued_error": float(p["predicted"]) / float(p["value"]) - 1,
+                     "queued_error": queued / float(p["value"]) - 1})
+    out = pd.DataFrame(rows).set_index("id")
+    out.attrs["not_fit"] = not_fit
+    return out
