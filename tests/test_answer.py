@@ -243,7 +243,7 @@ def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
     # batch (or the full pool) that keeps every user at 20 tokens/s at the slow end of its band
     # (10th percentile; past 512 requests, the slower of its band and the band at 512), priced
     # there too
-    prices = {"h100-sxm": 3.0, "a100-80gb": 2.7}
+    prices = {g: answer.market_price(g) for g in ("h100-sxm", "a100-80gb")}  # $3.99, $2.50
     best = math.inf
     for choice in answer.weight_choices("llama-3.1-8b"):
         for gpu, price in prices.items():

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,17 +89,25 @@ def price_range(gpu: str) -> tuple[float, float, float] | None:
     return float(rows.min()), float(rows.median()), float(rows.max())
 
 
-def _newest_per_provider(rows: pd.DataFrame, gpu: str, kind: str) -> pd.DataFrame:
+def _newest_per_provider(rows: list[dict[str, Any]], gpu: str, kind: str) -> list[dict[str, Any]]:
     """Each provider's newest dated row of ``rows`` (a date given to the month or year sorts
     before the days in it); a ValueError when one provider has two rows on that date."""
-    newest = rows[rows["date"] == rows.groupby("provider")["date"].transform("max")]
-    twice = newest[newest.duplicated("provider", keep=False)]
-    if len(twice):
-        first = twice.iloc[0]
-        raise ValueError(f"data/prices.csv: {first['provider']} has several {kind} rows for "
-                         f"{gpu} dated {first['date']}; keep one offer per provider, kind and "
-                         "date")
-    return newest
+    newest: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        kept = newest.get(row["provider"])
+        if kept is None or row["date"] > kept[0]["date"]:
+            newest[row["provider"]] = [row]
+        elif row["date"] == kept[0]["date"]:
+            raise ValueError(f"data/prices.csv: {row['provider']} has several {kind} rows for "
+                             f"{gpu} dated {row['date']}; keep one offer per provider, kind and "
+                             "date")
+    return [kept[0] for kept in newest.values()]
+
+
+def _offer_words(row: Mapping[str, Any]) -> str:
+    """One offer for a reader: "Lambda, 8x NVIDIA H100 SXM (2026-09-20): $3.99"."""
+    when = f"({row['date']})" if row["date"] else "(undated)"
+    return f"{row['provider']}, {row['offering']} {when}: ${float(row['dollars_per_gpu_hour']):.2f}"
 
 
 def market_prices() -> pd.DataFrame:
@@ -109,26 +118,25 @@ def market_prices() -> pd.DataFrame:
     same providers left out), ``rows`` naming the offers (provider, offering, date, price) and
     ``basis``, the price in words ("the median of 10 dated on-demand offers ($2.99–$12.29)",
     "1 dated on-demand offer"). One row per (gpu, kind) that has offers."""
-    prices = load_prices()
-    prices = prices[~prices["pricing"].isin(NOT_OFFERS)]
-    prices = prices.assign(kind=prices["pricing"].map(lambda p: PRICING_KINDS.get(p, p)),
-                           dated=prices["date"].str.strip() != "")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in load_prices().to_dict("records"):
+        if row["pricing"] not in NOT_OFFERS:
+            kind = PRICING_KINDS.get(row["pricing"], row["pricing"])
+            groups.setdefault((row["gpu"], kind), []).append(row)
     out = []
-    for (gpu, kind), group in prices.groupby(["gpu", "kind"], sort=True):
-        dated = bool(group["dated"].any())
-        used = _newest_per_provider(group[group["dated"]], gpu, kind) if dated else group
-        dollars = used["dollars_per_gpu_hour"].astype(float)
-        named = "; ".join(f"{r.provider}, {r.offering}"
-                          f"{f' ({r.date})' if r.date else ' (undated)'}: "
-                          f"${float(r.dollars_per_gpu_hour):.2f}"
-                          for r in used.sort_values("dollars_per_gpu_hour").itertuples())
-        offers = f"{'dated' if dated else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
+    for (gpu, kind), rows in sorted(groups.items()):
+        dated_rows = [r for r in rows if r["date"].strip()]
+        used = _newest_per_provider(dated_rows, gpu, kind) if dated_rows else rows
+        used = sorted(used, key=lambda r: float(r["dollars_per_gpu_hour"]))
+        dollars = [float(r["dollars_per_gpu_hour"]) for r in used]
+        named = "; ".join(_offer_words(r) for r in used)
+        offers = f"{'dated' if dated_rows else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
         basis = (f"1 {offers}" if len(used) == 1 else
-                 f"the median of {len(used)} {offers} (${dollars.min():.2f}–${dollars.max():.2f})")
-        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": float(dollars.median()),
-                    "n": len(used), "dated": dated, "low": float(dollars.min()),
-                    "high": float(dollars.max()),
-                    "superseded": int(group["dated"].sum()) - len(used) if dated else 0,
+                 f"the median of {len(used)} {offers} (${dollars[0]:.2f}–${dollars[-1]:.2f})")
+        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": statistics.median(dollars),
+                    "n": len(used), "dated": bool(dated_rows), "low": dollars[0],
+                    "high": dollars[-1],
+                    "superseded": len(dated_rows) - len(used) if dated_rows else 0,
                     "rows": named, "basis": basis})
     return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "low",
                                       "high", "superseded", "rows", "basis"])
