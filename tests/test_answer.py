@@ -58,31 +58,63 @@ def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):
         answer.weight_choices("llama-3.1-8b")
 
 
-def test_market_prices_are_medians_of_the_dated_offers():
+def test_market_prices_are_medians_of_each_providers_newest_dated_offer():
     table = answer.market_prices().set_index(["gpu", "kind"])
     h100 = table.loc[("h100-sxm", "on-demand")]
-    # dated on-demand rows: 3.90, 3.00, 2.99, 6.155, 2.69 → median 3.00; RunPod's serverless
-    # worker (4.176) is a kind of its own and the article's assumed 2.90 is no offer
-    assert (h100["dollars_per_gpu_hour"], h100["n"], h100["dated"]) == (3.0, 5, True)
-    assert "Lambda, On-demand H100 (2026-03): $2.99" in h100["rows"]
-    assert h100["basis"] == "the median of 5 dated on-demand offers ($2.69–$6.16)"
+    # 14 dated on-demand rows from 10 providers; each provider's newest counts once:
+    # 2.99 3.00 3.20 3.90 3.99 | 3.99 4.50 6.155 6.88 12.29 → median (3.99 + 3.99) / 2; AWS's
+    # March $3.90, Lambda's $2.99, RunPod's $2.69 and CoreWeave's February row are superseded.
+    # RunPod's serverless worker (4.176) is a kind of its own; the assumed 2.90 is no offer.
+    assert (h100["dollars_per_gpu_hour"], h100["n"], h100["superseded"]) == (3.99, 10, 4)
+    assert (h100["low"], h100["high"], h100["dated"]) == (2.99, 12.29, True)
+    assert "Lambda, 8x NVIDIA H100 SXM (2026-09-20): $3.99" in h100["rows"]
+    assert "$2.69" not in h100["rows"] and "(article assumption)" not in h100["rows"]
+    assert h100["basis"] == "the median of 10 dated on-demand offers ($2.99–$12.29)"
     assert table.loc[("h100-sxm", "serverless"), "dollars_per_gpu_hour"] == 4.176
-    spot = table.loc[("h100-sxm", "spot")]  # two offers: their mean, and their range
-    assert spot["dollars_per_gpu_hour"] == (2.00 + 2.25) / 2
-    assert spot["basis"] == "the mean of 2 dated spot offers ($2.00–$2.25)"
-    # AWS Capacity Blocks are short-term reservations, not a commitment
+    spot = table.loc[("h100-sxm", "spot")]  # 0.79 2.00 | 2.25 2.46: a median of four
+    assert (spot["dollars_per_gpu_hour"], spot["n"]) == ((2.00 + 2.25) / 2, 4)
+    assert spot["basis"] == "the median of 4 dated spot offers ($0.79–$2.46)"
+    # a one-year contract, a reservation of unstated term and a Capacity Block (short-term,
+    # priced above on-demand) are three kinds; nothing 3-year is on file
+    assert table.loc[("h100-sxm", "committed-1y"), "dollars_per_gpu_hour"] == 2.35
+    assert table.loc[("h100-sxm", "reserved"), "dollars_per_gpu_hour"] == (1.85 + 2.72) / 2
     block = table.loc[("h100-sxm", "capacity block")]
     assert (block["dollars_per_gpu_hour"], block["basis"]) == (4.916,
                                                                "1 dated capacity block offer")
-    assert "committed" not in set(table.index.get_level_values("kind"))
+    assert "committed-3y" not in set(table.index.get_level_values("kind"))
+    # B200: 3.75 6.00 6.03 | 6.69 | 6.79 8.50 8.60 (CoreWeave's February row superseded)
+    b200 = table.loc[("b200", "on-demand")]
+    assert (b200["dollars_per_gpu_hour"], b200["n"], b200["superseded"]) == (6.69, 7, 1)
     assert table.loc[("l4", "on-demand"), "dollars_per_gpu_hour"] == (0.70 + 0.80) / 2
-    mi300x = table.loc[("mi300x", "on-demand")]  # both offers undated: used, and said so
-    assert (mi300x["dollars_per_gpu_hour"], mi300x["dated"]) == ((1.71 + 1.85) / 2, False)
-    assert ("rtx-4090", "on-demand") not in table.index  # its only price is serverless
+    # MI300X: six dated offers 1.50 1.85 1.99 | 3.45 6.00 6.00; its two undated rows are unused
+    mi300x = table.loc[("mi300x", "on-demand")]
+    assert (mi300x["dollars_per_gpu_hour"], mi300x["n"]) == ((1.99 + 3.45) / 2, 6)
+    assert "undated" not in mi300x["rows"]
+    undated = table.loc[("l40s", "serverless")]  # its only serverless row is undated: used, and said so
+    assert (undated["dated"], undated["basis"]) == (False, "1 undated serverless offer")
     assert answer.market_price("h100-pcie") is None  # no offer on file
-    # every H100 row, offer or not: 12 rows from $1.49 (Vast.ai) to $6.155 (CoreWeave),
-    # sorted 1.49 1.99 2.00 2.25 2.69 2.90 | 2.99 3.00 …: the median is (2.90 + 2.99) / 2
-    assert answer.price_range("h100-sxm") == (1.49, (2.90 + 2.99) / 2, 6.155)
+    assert answer.offers_text(1) == "1 offer" and answer.offers_text(7) == "7 offers"
+    # every H100 row, offer or not, from Nebius's $0.79 spot to Azure's $12.29 ND H100 v5
+    low, _, high = answer.price_range("h100-sxm")
+    assert (low, high) == (0.79, 12.29)
+
+
+def test_every_pricing_value_is_a_kind_or_no_offer():
+    from kvlib.core.data import PRICINGS
+    assert set(answer.PRICING_KINDS) | answer.NOT_OFFERS == set(PRICINGS)
+
+
+def test_one_offer_per_provider_kind_and_date(monkeypatch):
+    twice = pd.DataFrame({"gpu": ["b200"] * 2, "provider": ["Me"] * 2, "offering": ["a", "b"],
+                          "pricing": ["on-demand"] * 2, "dollars_per_gpu_hour": [5.0, 6.0],
+                          "date": ["2026-11"] * 2, "source_url": ["", ""], "notes": ["q", "q"]})
+    monkeypatch.setattr(answer, "load_prices", lambda: twice)
+    with pytest.raises(ValueError, match="Me has several on-demand rows for b200 dated 2026-11"):
+        answer.market_prices()
+    newer = twice.assign(date=["2026-10", "2026-11-02"])  # the newer quote replaces the older
+    monkeypatch.setattr(answer, "load_prices", lambda: newer)
+    row = answer.market_prices().iloc[0]
+    assert (row["dollars_per_gpu_hour"], row["n"], row["superseded"]) == (6.0, 1, 1)
 
 
 def test_max_model_len_never_past_the_models_maximum():
@@ -211,7 +243,7 @@ def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
     # batch (or the full pool) that keeps every user at 20 tokens/s at the slow end of its band
     # (10th percentile; past 512 requests, the slower of its band and the band at 512), priced
     # there too
-    prices = {"h100-sxm": 3.0, "a100-80gb": 2.7}
+    prices = {g: answer.market_price(g) for g in ("h100-sxm", "a100-80gb")}  # $3.99, $2.50
     best = math.inf
     for choice in answer.weight_choices("llama-3.1-8b"):
         for gpu, price in prices.items():
@@ -257,7 +289,8 @@ def test_calculator_data_and_html(grid):
     data = answer.calculator_data(grid, prefix, models=MODELS, default=start, ttft=ttft)
     assert len(data["rows"]) == len(grid) and data["default"] == start
     assert [m["lengths"] for m in data["models"]] == [[8192, 131072], [8192, 131072]]
-    assert data["gpus"][0]["prices"]["on-demand"]["price"] == 3.0
+    h100 = data["gpus"][0]["prices"]["on-demand"]
+    assert (h100["price"], h100["n"], h100["low"], h100["high"]) == (3.99, 10, 2.99, 12.29)
     cols = data["cols"]
     key = [0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
     (row,) = [r for r in data["rows"] if r[:8] == key]
@@ -324,12 +357,14 @@ def test_the_prefix_line_uses_chapter_sevens_example_hit_rate():
 
 def test_buy_table_puts_the_deciding_column_first():
     """The "What should I buy" table opens with $ per 1M output tokens (visible at 390 px), the
-    deployment in words, * for a capped and † for an extrapolated batch; unserved rows dropped."""
+    deployment in words, * for a capped and † for an extrapolated batch, the GPU-hour price with
+    the number of offers behind it; unserved rows dropped."""
+    price = answer.market_price("h100-sxm")
     buy = pd.DataFrame([
-        {"model_name": "NVIDIA-Nemotron-X", "input_tokens": 7168, "n_gpus": 2,
+        {"model_name": "NVIDIA-Nemotron-X", "input_tokens": 7168, "n_gpus": 2, "gpu": "h100-sxm",
          "gpu_name": "NVIDIA H100 SXM5 80GB", "weights": "mxfp4 experts", "kv_dtype": "fp8",
          "batch": 1024, "capped": True, "extrapolated": True, "per_user_slow": 21.25,
-         "output_cost_slow": 0.4321},
+         "output_cost_slow": 0.4321, "dollars_per_gpu_hour": price},
         {"model_name": "Llama", "input_tokens": 131072, "n_gpus": 0}])
     t = answer.buy_table(buy)
     assert list(t.frame.columns)[0] == "$ per 1M output tokens"
@@ -338,4 +373,9 @@ def test_buy_table_puts_the_deciding_column_first():
     assert len(t.frame) == 1 and row["model"] == "Nemotron-X"
     assert row["GPUs, weights · KV cache"] == "2 × H100, mxfp4 · fp8"
     assert row["requests in flight"] == "1,024*†"
+    assert row["$ per GPU-hour (offers)"] == "$3.99 (10 offers)"
     assert "$0.432" in t._repr_html_()
+    assert answer.buy_table(buy.assign(dollars_per_gpu_hour=2.35), kind="committed-1y").frame.iloc[
+        0]["$ per GPU-hour (offers)"] == "$2.35 (1 offer)"
+    with pytest.raises(ValueError, match="not priced at its spot market price"):
+        answer.buy_table(buy, kind="spot")  # priced on demand, labelled spot

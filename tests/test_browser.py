@@ -305,7 +305,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     row = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
                              requests=[(7168, 1024)]).query(
         "weights == 'bf16' and max_model_len == 8192").iloc[0]
-    price = answer.market_price("h100-sxm")  # $3.00, the median of five dated offers
+    price = answer.market_price("h100-sxm")  # $3.99, the median of ten providers' dated offers
     assert _price(calc) == price
     shown = _tiles(calc)
     expected = {"gpus": 1, "requests": row["max_concurrency"], "tps": row["tokens_per_s"],
@@ -313,7 +313,8 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
                 "output": row["output_cost"] * price, "input": row["input_cost"] * price}
     for key, value in expected.items():  # three significant digits on the page
         assert shown[key] == pytest.approx(value, rel=6e-3), (key, shown[key], value)
-    assert "median of 5 dated on-demand offers" in _card_text(calc)
+    offer = answer.market_prices().set_index(["gpu", "kind"]).loc[("h100-sxm", "on-demand")]
+    assert offer["basis"] in _card_text(calc)  # "the median of 10 dated on-demand offers ($2.99–…)"
     # the speed tiles carry the held-out band under the model's figure, TTFT its caveat
     assert calc.locator("[data-kc=tps] .kc-range").inner_text().startswith("error band ")
     assert "a lower bound" in calc.locator("[data-kc=ttft]").inner_text()

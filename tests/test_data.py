@@ -57,11 +57,24 @@ def test_a_bad_price_row_is_refused_on_load_naming_file_and_line(my_data, price,
     ("h100-sxm,Me,x,on-demand,1.5,2026-11,,", "no source (fill source_url or notes)"),
     ("h100-sxm,Me,x,on-demand,1.5,2026-11,,a,b", "9 cells for 8 columns"),
     (",Me,x,on-demand,1.5,2026-11,,my quote", "column gpu: is empty"),
+    ("h100-sxm,Me,x,rented,1.5,2026-11,,my quote",
+     "column pricing: 'rented' is not one of on-demand, spot, marketplace, committed-1y, "
+     "committed-3y, reserved"),
 ])
 def test_price_rows_need_dates_sources_and_their_columns(my_data, row, reason):
     line = _append(my_data / "prices.csv", row)
     with pytest.raises(ValueError, match=f"line {line}(, |: ){re.escape(reason)}"):
         kvlib.load_prices()
+
+
+def test_every_kind_of_offer_loads_and_prices_on_file_are_real(my_data):
+    # a 3-year commitment is a kind the file accepts though none is sourced yet
+    _append(my_data / "prices.csv", "b200,Me,x,committed-3y,3.1,2026-11-30,,my quote")
+    prices = kvlib.load_prices()
+    assert set(prices["pricing"]) <= set(data.PRICINGS) and "committed-3y" in set(prices["pricing"])
+    dated = prices[prices["date"] != ""]
+    assert (prices["dollars_per_gpu_hour"] > 0).all() and len(dated) >= 80
+    assert not dated.duplicated(["gpu", "provider", "pricing", "date"]).any()
 
 
 def test_a_bad_gpu_row_is_refused_before_any_gpu_is_read(my_data):

@@ -277,6 +277,14 @@ _CLAIMS = Schema(
               "source_url": URL, "per_gpu_factor": _POSITIVE},
     unique=("id",), source=("source",))
 
+#: The ``pricing`` values of ``data/prices.csv``: how an offer is sold. ``committed-1y`` and
+#: ``committed-3y`` name the term; ``reserved`` is a reservation whose source states no term;
+#: ``committed-capacity-block`` is an AWS EC2 Capacity Block (a short prepaid reservation);
+#: ``marketplace`` is peer or community hosts; ``serverless`` is per-second, scale-to-zero
+#: workers; ``assumption`` is a price a text assumes, no offer.
+PRICINGS = ("on-demand", "spot", "marketplace", "committed-1y", "committed-3y", "reserved",
+            "committed-capacity-block", "serverless", "assumption")
+
 #: Every CSV under data/ (paths relative to it; ``claims/*.csv`` covers each claims file).
 SCHEMAS: dict[str, Schema] = {
     "gpus.csv": Schema(
@@ -291,7 +299,8 @@ SCHEMAS: dict[str, Schema] = {
         paired=(("memory_bytes_runtime", "memory_runtime_source"),
                 ("memory_bytes_nvml", "memory_nvml_source"))),
     "prices.csv": Schema(
-        required={"gpu": SLUG_CELL, "provider": TEXT, "offering": TEXT, "pricing": TEXT,
+        required={"gpu": SLUG_CELL, "provider": TEXT, "offering": TEXT,
+                  "pricing": choice(*PRICINGS),
                   "dollars_per_gpu_hour": _POSITIVE},
         optional={"date": DATE},
         source=("source_url", "notes")),

@@ -9,9 +9,11 @@ the price per GPU-hour, so the grid holds them at $1 and the page multiplies by 
   ``data/weight_checkpoints.csv`` naming a published checkpoint of the same architecture in
   another format (FP8, 4-bit AWQ), with its repository and source. A model *has* an fp8 or
   int4 checkpoint when, and only when, its config or such a row says so.
-* Prices (``market_prices``): per GPU and kind of offer (on-demand, spot, committed,
-  marketplace), the median of the dated rows of ``data/prices.csv`` of that kind, naming them —
-  the undated rows only when a GPU has no dated one of that kind, and then said so.
+* Prices (``market_prices``): per GPU and kind of offer (on-demand, spot, marketplace,
+  committed-1y, committed-3y, reserved, …), the median of the dated offers in
+  ``data/prices.csv`` of that kind — each provider's newest quote counted once — with their
+  number and range, naming them; the undated rows only when a GPU has no dated one of that
+  kind, and then said so.
 * The grid (``answer_grid``): one row per model × checkpoint × KV dtype × utilization × GPU ×
   max_model_len × request (input + output tokens), never past a model's maximum context; a
   case that does not fit says why and what would (``would_fit``).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -47,12 +50,13 @@ from ..serve.serving import TP_DEGREES, Engine, ServingPoint
 from .tables import Table, table
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
-#: (a value not listed here is a kind of its own). Capacity Blocks are short-term
+#: (``kvlib.core.data.PRICINGS``). A 1-year and a 3-year commitment are kinds of their own, and
+#: so is a reservation whose source states no term; Capacity Blocks are short-term
 #: reservations, priced above on-demand, so they are not "committed"; serverless workers bill
 #: per second and scale to zero, so they are not hourly rentals.
 PRICING_KINDS: dict[str, str] = {
     "on-demand": "on-demand", "spot": "spot", "marketplace": "marketplace",
-    "committed-1y": "committed", "reserved": "committed",
+    "committed-1y": "committed-1y", "committed-3y": "committed-3y", "reserved": "reserved",
     "committed-capacity-block": "capacity block", "serverless": "serverless",
 }
 
@@ -77,7 +81,7 @@ def complete_gpus() -> list[str]:
 
 def price_range(gpu: str) -> tuple[float, float, float] | None:
     """(lowest, median, highest) $/GPU-hour over every row of ``data/prices.csv`` for
-    ``gpu``, or None when it has none."""
+    ``gpu`` (every kind, superseded and assumed prices included), or None when it has none."""
     prices = load_prices()
     rows = prices.loc[prices["gpu"] == gpu, "dollars_per_gpu_hour"].astype(float)
     if rows.empty:
@@ -85,36 +89,57 @@ def price_range(gpu: str) -> tuple[float, float, float] | None:
     return float(rows.min()), float(rows.median()), float(rows.max())
 
 
+def _newest_per_provider(rows: list[dict[str, Any]], gpu: str, kind: str) -> list[dict[str, Any]]:
+    """Each provider's newest dated row of ``rows`` (a date given to the month or year sorts
+    before the days in it); a ValueError when one provider has two rows on that date."""
+    newest: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        kept = newest.get(row["provider"])
+        if kept is None or row["date"] > kept[0]["date"]:
+            newest[row["provider"]] = [row]
+        elif row["date"] == kept[0]["date"]:
+            raise ValueError(f"data/prices.csv: {row['provider']} has several {kind} rows for "
+                             f"{gpu} dated {row['date']}; keep one offer per provider, kind and "
+                             "date")
+    return [kept[0] for kept in newest.values()]
+
+
+def _offer_words(row: Mapping[str, Any]) -> str:
+    """One offer for a reader: "Lambda, 8x NVIDIA H100 SXM (2026-09-20): $3.99"."""
+    when = f"({row['date']})" if row["date"] else "(undated)"
+    return f"{row['provider']}, {row['offering']} {when}: ${float(row['dollars_per_gpu_hour']):.2f}"
+
+
 def market_prices() -> pd.DataFrame:
     """Per GPU and kind of offer (``PRICING_KINDS``): ``dollars_per_gpu_hour``, the median of
-    that kind's dated rows in ``data/prices.csv`` (of its undated rows when none is dated:
-    ``dated`` False; rows of ``NOT_OFFERS`` never count); ``n`` rows used, ``low`` and ``high``
-    (their range), ``rows`` naming them (provider, offering, date, price) and ``basis``, the
-    price in words ("the median of 5 dated on-demand offers ($2.69–$6.16)", "the mean of 2 …",
+    that kind's offers in ``data/prices.csv`` — each provider's newest dated row, once (the
+    undated rows when none is dated: ``dated`` False; rows of ``NOT_OFFERS`` never count);
+    ``n`` offers used, ``low`` and ``high`` (their range), ``superseded`` (older rows of the
+    same providers left out), ``rows`` naming the offers (provider, offering, date, price) and
+    ``basis``, the price in words ("the median of 10 dated on-demand offers ($2.99–$12.29)",
     "1 dated on-demand offer"). One row per (gpu, kind) that has offers."""
-    prices = load_prices()
-    prices = prices[~prices["pricing"].isin(NOT_OFFERS)]
-    prices = prices.assign(kind=prices["pricing"].map(lambda p: PRICING_KINDS.get(p, p)),
-                           dated=prices["date"].str.strip() != "")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in load_prices().to_dict("records"):
+        if row["pricing"] not in NOT_OFFERS:
+            kind = PRICING_KINDS.get(row["pricing"], row["pricing"])
+            groups.setdefault((row["gpu"], kind), []).append(row)
     out = []
-    for (gpu, kind), group in prices.groupby(["gpu", "kind"], sort=True):
-        used = group[group["dated"]] if group["dated"].any() else group
-        dollars = used["dollars_per_gpu_hour"].astype(float)
-        named = "; ".join(f"{r.provider}, {r.offering}"
-                          f"{f' ({r.date})' if r.date else ' (undated)'}: "
-                          f"${float(r.dollars_per_gpu_hour):.2f}"
-                          for r in used.itertuples())
-        dated = bool(group["dated"].any())
-        offers = f"{'dated' if dated else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
-        spread = f" (${dollars.min():.2f}–${dollars.max():.2f})"
+    for (gpu, kind), rows in sorted(groups.items()):
+        dated_rows = [r for r in rows if r["date"].strip()]
+        used = _newest_per_provider(dated_rows, gpu, kind) if dated_rows else rows
+        used = sorted(used, key=lambda r: float(r["dollars_per_gpu_hour"]))
+        dollars = [float(r["dollars_per_gpu_hour"]) for r in used]
+        named = "; ".join(_offer_words(r) for r in used)
+        offers = f"{'dated' if dated_rows else 'undated'} {kind} offer{'s' * (len(used) > 1)}"
         basis = (f"1 {offers}" if len(used) == 1 else
-                 f"the mean of 2 {offers}{spread}" if len(used) == 2 else
-                 f"the median of {len(used)} {offers}{spread}")
-        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": float(dollars.median()),
-                    "n": len(used), "dated": dated, "low": float(dollars.min()),
-                    "high": float(dollars.max()), "rows": named, "basis": basis})
+                 f"the median of {len(used)} {offers} (${dollars[0]:.2f}–${dollars[-1]:.2f})")
+        out.append({"gpu": gpu, "kind": kind, "dollars_per_gpu_hour": statistics.median(dollars),
+                    "n": len(used), "dated": bool(dated_rows), "low": dollars[0],
+                    "high": dollars[-1],
+                    "superseded": len(dated_rows) - len(used) if dated_rows else 0,
+                    "rows": named, "basis": basis})
     return pd.DataFrame(out, columns=["gpu", "kind", "dollars_per_gpu_hour", "n", "dated", "low",
-                                      "high", "rows", "basis"])
+                                      "high", "superseded", "rows", "basis"])
 
 
 def market_price(gpu: str, kind: str = "on-demand") -> float | None:
@@ -122,6 +147,11 @@ def market_price(gpu: str, kind: str = "on-demand") -> float | None:
     table = market_prices()
     hit = table[(table["gpu"] == gpu) & (table["kind"] == kind)]
     return float(hit["dollars_per_gpu_hour"].iloc[0]) if len(hit) else None
+
+
+def offers_text(n: int) -> str:
+    """How many offers a market price is the median of, for a reader: "1 offer", "7 offers"."""
+    return f"{n} offer{'s' * (n != 1)}"
 
 
 def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
@@ -431,7 +461,8 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
 #: (390 px) shows it without scrolling sideways; then what identifies the case and the answer.
 BUY_COLUMNS = {"output_cost_slow": "$ per 1M output tokens", "deployment": "GPUs, weights · KV cache",
                "model_name": "model", "input_tokens": "prompt (tokens)",
-               "requests": "requests in flight", "per_user_slow": "tokens/s per user"}
+               "requests": "requests in flight", "per_user_slow": "tokens/s per user",
+               "gpu_price": "$ per GPU-hour (offers)"}
 
 
 def short_gpu_name(name: str) -> str:
@@ -440,12 +471,22 @@ def short_gpu_name(name: str) -> str:
     return re.sub(r"( SXM\d?)? \d+GB$| Grace Hopper Superchip$", "", short)
 
 
-def buy_table(buy: pd.DataFrame) -> Table:
-    """The served rows of ``cheapest`` as a reader's table (``BUY_COLUMNS``, cost first): the
-    deployment in words ("1 × H100, bf16 · fp8"), the requests in flight marked * where the batch
-    was capped and † where it is extrapolated past ``banded_batch_limit``; filterable by model."""
+def buy_table(buy: pd.DataFrame, kind: str = "on-demand") -> Table:
+    """The served rows of ``cheapest`` (priced at ``kind``) as a reader's table
+    (``BUY_COLUMNS``, cost first): the deployment in words ("1 × H100, bf16 · fp8"), the
+    requests in flight marked * where the batch was capped and † where it is extrapolated past
+    ``banded_batch_limit``, and the GPU-hour price with the number of offers it is the median
+    of ("$6.69 (7 offers)", ``market_prices``); filterable by model."""
     served = buy[buy["n_gpus"] > 0]
+    offers = market_prices()
+    offers = offers[offers["kind"] == kind].set_index("gpu")
+    for gpu, price in zip(served["gpu"], served["dollars_per_gpu_hour"]):
+        if gpu not in offers.index or offers.loc[gpu, "dollars_per_gpu_hour"] != price:
+            raise ValueError(f"the what-to-buy row for {gpu} is not priced at its {kind} market "
+                             "price: pass the kind cheapest() was asked for")
     shown = served.assign(
+        gpu_price=[f"${offers.loc[g, 'dollars_per_gpu_hour']:.2f} "
+                   f"({offers_text(int(offers.loc[g, 'n']))})" for g in served["gpu"]],
         model_name=served["model_name"].str.removeprefix("NVIDIA-"),
         deployment=[f"{n} × {short_gpu_name(g)}, {w.removesuffix(' experts')} · {k}"  # gpt-oss
                     for n, g, w, k in zip(served["n_gpus"], served["gpu_name"],
@@ -555,7 +596,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
         "gpus": [{"slug": g, "name": gpu_names[g],
                   "prices": {o.kind: {"price": o.dollars_per_gpu_hour, "n": int(o.n),
                                       "dated": bool(o.dated), "rows": o.rows,
-                                      "basis": o.basis}
+                                      "basis": o.basis, "low": o.low, "high": o.high}
                              for o in offers[offers["gpu"] == g].itertuples()}} for g in gpus],
         "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
         "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
