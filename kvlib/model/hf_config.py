@@ -450,6 +450,10 @@ class Architecture:
     max_position_embeddings: int | None = None
     max_model_len: int | None = None
     notes: tuple[str, ...] = ()
+    #: Multi-token-prediction layers the checkpoint ships (``num_nextn_predict_layers`` or
+    #: ``mtp_num_hidden_layers``; 0 without): the draft of speculative decoding by MTP, not counted
+    #: in the layers, the cache or the parameters of the model itself.
+    mtp_layers: int = 0
 
     @property
     def n_layers(self) -> int:
@@ -1163,9 +1167,9 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     gated = _gated(c, model_type)
     tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
     notes = []
-    if (c.opt_int("num_nextn_predict_layers", minimum=0) or c.opt_int("mtp_num_hidden_layers",
-                                                                        minimum=0)
-            or c.flag("use_mtp")):
+    mtp_layers = (c.opt_int("num_nextn_predict_layers", minimum=0)
+                  or c.opt_int("mtp_num_hidden_layers", minimum=0) or 0)
+    if mtp_layers or c.flag("use_mtp"):
         notes.append("multi-token-prediction layers not counted")
     if config is not text:
         notes.append("vision tower not counted (text_config only)")
@@ -1191,4 +1195,4 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
-        max_model_len=_max_model_len(c, model_type), notes=tuple(notes))
+        max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers)
