@@ -71,13 +71,15 @@ class Speculative:
     probability α once the ones before it were), or the measured per-position acceptance
     rates (vLLM's "Per-position acceptance rate": the share of drafts whose position i was
     accepted, non-increasing, k values); draft_layers: decoder layers in the draft (None: the
-    checkpoint's MTP layers for "mtp", 1 for EAGLE, 0 for n-gram).
+    checkpoint's MTP layers for "mtp", 1 for EAGLE, 0 for n-gram); model: the draft head's
+    checkpoint repository (EAGLE and EAGLE-3 need one to start; MTP and n-gram none).
     """
 
     method: str
     num_speculative_tokens: int
     acceptance: float | tuple[float, ...]
     draft_layers: int | None = None
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if self.method not in SPECULATIVE_METHODS:
