@@ -114,3 +114,8 @@ def test_check_against_published_speedups():
     assert len(c) == 14 and c.gpu_assumed.all() and (c.batch == 1).all()
     # the model is optimistic: it leaves out per-pass draft overheads (median 25 %)
     assert 0.2 < c.error.abs().median() < 0.3 and (c.error > 0).all()
+
+
+def test_serving_point_refuses_speculation_it_does_not_time():
+    with pytest.raises(ValueError, match="speculative_decode"):
+        kvlib.serving_point(LLAMA, input_tokens=100, output_tokens=10)
