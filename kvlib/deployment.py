@@ -86,6 +86,7 @@ class Speculative:
             raise ValueError(f"unknown speculative method {self.method!r}; known: "
                              f"{', '.join(SPECULATIVE_METHODS)}")
         k = positive_integer("num_speculative_tokens", self.num_speculative_tokens)
+        object.__setattr__(self, "num_speculative_tokens", k)
         a = self.acceptance
         if isinstance(a, (list, tuple)):
             rates = tuple(number("acceptance", r, minimum=0, maximum=1) for r in a)
@@ -101,7 +102,8 @@ class Speculative:
         if self.method == "ngram" and self.draft_layers:
             raise ValueError("n-gram speculation has no draft layers")
         if self.draft_layers is not None and self.method != "ngram":
-            positive_integer("draft_layers", self.draft_layers)
+            object.__setattr__(self, "draft_layers",
+                               positive_integer("draft_layers", self.draft_layers))
 
     @property
     def position_rates(self) -> tuple[float, ...]:
