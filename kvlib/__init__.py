@@ -22,7 +22,7 @@ from .model.registry import (data_dir, load_model, model_record, model_slugs, re
                              resolve_model)
 from .model.weights import loaded_weights, params_for
 from .hardware.gpus import GPU, gpu_slugs, load_gpu, load_prices, resolve_gpu
-from .deployment import Deployment
+from .deployment import Deployment, Speculative
 from .engines.allocator import (ALLOCATORS, POLICIES, BlockAllocator, BuddyAllocator,
                                 ContiguousAllocator, OutOfBlocksError, SimResult,
                                 prefix_reuse_lost, reserved_tokens, simulate)
@@ -38,6 +38,7 @@ from .serve.cost import (cost_per_million_tokens, dollars_per_hour_for_cost,
 from .serve.load import SLO, SLOCapacity, bench_serve, max_rate_at_slo
 from .serve.prefix_cost import input_cost_per_million
 from .serve.routing import route_requests
+from .serve.speculative import SpeculativeDecode, speculative_decode
 from .serve.serving import BatchTooLarge, DoesNotFit, ServingPoint, serving_point
 from .report.recheck import VERDICTS, recheck, recheck_all
 
@@ -51,7 +52,7 @@ __all__ = [
     "data_dir", "load_model", "model_record", "model_slugs", "registry_table", "resolve_model",
     "loaded_weights", "params_for",
     "GPU", "gpu_slugs", "load_gpu", "load_prices", "resolve_gpu",
-    "Deployment",
+    "Deployment", "Speculative",
     "ALLOCATORS", "POLICIES", "BlockAllocator", "BuddyAllocator", "ContiguousAllocator",
     "OutOfBlocksError", "SimResult", "prefix_reuse_lost", "reserved_tokens", "simulate",
     "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool", "engine_comparison",
@@ -62,6 +63,7 @@ __all__ = [
     "cost_per_million_tokens", "dollars_per_hour_for_cost", "tokens_per_second_for_cost",
     "input_cost_per_million", "route_requests",
     "SLO", "SLOCapacity", "bench_serve", "max_rate_at_slo",
+    "SpeculativeDecode", "speculative_decode",
     "BatchTooLarge", "DoesNotFit", "ServingPoint", "serving_point",
     "VERDICTS", "recheck", "recheck_all",
 ]

@@ -55,6 +55,92 @@ def default_max_num_batched_tokens(gpu: GPU) -> int:
     return 8192 if default_max_num_seqs(gpu) == 1024 else 2048
 
 
+#: Speculative-decoding methods kvlib models, by what drafts: the checkpoint's own
+#: multi-token-prediction layers ("mtp"), an EAGLE or EAGLE-3 draft head ("eagle", "eagle3"),
+#: n-gram lookup in the prompt ("ngram", no model and no KV). The names are vLLM 0.33's
+#: ``SpeculativeConfig.method`` values.
+SPECULATIVE_METHODS = ("mtp", "eagle", "eagle3", "ngram")
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding as the engine is started with it (``--speculative-config``).
+
+    method: one of ``SPECULATIVE_METHODS``; num_speculative_tokens: k, the tokens drafted per
+    step; acceptance: the per-token acceptance rate α (each draft token accepted with
+    probability α once the ones before it were), or the measured per-position acceptance
+    rates (vLLM's "Per-position acceptance rate": the share of drafts whose position i was
+    accepted, non-increasing, k values); draft_layers: decoder layers in the draft (None: the
+    checkpoint's MTP layers for "mtp", 1 for EAGLE, 0 for n-gram); model: the draft head's
+    checkpoint repository (EAGLE and EAGLE-3 need one to start; MTP and n-gram none).
+    """
+
+    method: str
+    num_speculative_tokens: int
+    acceptance: float | tuple[float, ...]
+    draft_layers: int | None = None
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in SPECULATIVE_METHODS:
+            raise ValueError(f"unknown speculative method {self.method!r}; known: "
+                             f"{', '.join(SPECULATIVE_METHODS)}")
+        k = positive_integer("num_speculative_tokens", self.num_speculative_tokens)
+        object.__setattr__(self, "num_speculative_tokens", k)
+        a = self.acceptance
+        if isinstance(a, (list, tuple)):
+            rates = tuple(number("acceptance", r, minimum=0, maximum=1) for r in a)
+            if len(rates) != k:
+                raise ValueError(f"acceptance lists {len(rates)} positions for "
+                                 f"num_speculative_tokens={k}")
+            if any(b > c for c, b in zip(rates, rates[1:])):
+                raise ValueError("per-position acceptance rates cannot rise with the position")
+            object.__setattr__(self, "acceptance", rates)
+        else:
+            object.__setattr__(self, "acceptance", number("acceptance", a, minimum=0,
+                                                          maximum=1))
+        if self.method == "ngram" and self.draft_layers:
+            raise ValueError("n-gram speculation has no draft layers")
+        if self.draft_layers is not None and self.method != "ngram":
+            object.__setattr__(self, "draft_layers",
+                               positive_integer("draft_layers", self.draft_layers))
+
+    @property
+    def position_rates(self) -> tuple[float, ...]:
+        """The share of steps whose draft position i = 1 … k is accepted: αⁱ for a rate α."""
+        if isinstance(self.acceptance, tuple):
+            return self.acceptance
+        return tuple(self.acceptance ** i for i in range(1, self.num_speculative_tokens + 1))
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens one target step emits per request: 1 + Σ position rates, the mean acceptance
+        length; for a rate α, (1 − α^(k+1)) ÷ (1 − α) (Leviathan et al. 2023, eq. 1)."""
+        return 1.0 + sum(self.position_rates)
+
+
+def speculative(value: Speculative | str) -> Speculative:
+    """A ``Speculative`` from itself or from ``"method:k:acceptance"`` ("mtp:1:0.85"; the
+    acceptance may be per-position rates joined by "/", "eagle3:3:0.8/0.6/0.45")."""
+    if isinstance(value, Speculative):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"speculative must be a Speculative or 'method:k:acceptance', got "
+                        f"{type(value).__name__}")
+    parts = value.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"speculative {value!r}: expected 'method:k:acceptance', e.g. "
+                         "'mtp:1:0.85'")
+    method, k, rates = parts
+    try:
+        n = int(k)
+        values = [float(r) for r in rates.split("/")]
+    except ValueError:
+        raise ValueError(f"speculative {value!r}: k must be an integer and the acceptance "
+                         "numbers") from None
+    return Speculative(method, n, values[0] if len(values) == 1 else tuple(values))
+
+
 def _degree(name: str, value: Any) -> int:
     return positive_integer(name, value)
 
@@ -103,6 +189,8 @@ class Deployment:
     efficiency: Any = None
     #: Start past the model's own maximum context (vLLM's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
     allow_long_max_model_len: bool = False
+    #: Speculative decoding (a ``Speculative`` or "method:k:acceptance"); None: none.
+    speculative: Speculative | str | None = None
     #: The registry slug or the model's name (set from ``model``).
     slug: str = field(init=False, compare=False, repr=False)
 
@@ -131,6 +219,8 @@ class Deployment:
                 object.__setattr__(self, name, positive_integer(name, value))
         if not isinstance(self.allow_long_max_model_len, bool):
             raise TypeError("allow_long_max_model_len must be True or False")
+        if self.speculative is not None:
+            object.__setattr__(self, "speculative", speculative(self.speculative))
 
     @property
     def n_gpus(self) -> int:

@@ -263,6 +263,11 @@ ENTRY_POINTS = {
         [[1, 2, 3], [1, 2, 4]], block_size=n(16), capacity_blocks=n(8)).hit_rate,
     "route_requests": lambda n, f: kvlib.route_requests(
         [[1, 2, 3], [1, 2, 4]], n(2), "round_robin", block_size=n(16), seed=n(0)).hit_tokens.tolist(),
+    "Speculative": lambda n, f: kvlib.Speculative("eagle3", n(3), f(0.8),
+                                                  draft_layers=n(1)).tokens_per_step,
+    "speculative_decode": lambda n, f: kvlib.speculative_decode(
+        _d(speculative=kvlib.Speculative("eagle3", n(2), f(0.7))), n(4), n(1024),
+        dollars_per_hour=f(2.9)).dollars_per_million,
 }
 
 
@@ -449,7 +454,8 @@ RECORDS = {"Pool": "kv_pool", "Step": "decode_step", "SimResult": "simulate",
            "BatchTooLarge": "serving_point", "Overheads": "kv_pool", "GPU": "kv_pool",
            "Model": "model_from_layers", "count_params": "weight_bytes",
            "critical_batch": "decode_step", "WeightFormat": "weight_bytes",
-           "ServingRun": "simulate_serving", "SLOCapacity": "max_rate_at_slo"}
+           "ServingRun": "simulate_serving", "SLOCapacity": "max_rate_at_slo",
+           "SpeculativeDecode": "speculative_decode"}
 
 
 def test_every_public_function_taking_numbers_is_fed_numpy_numbers():

@@ -311,3 +311,22 @@ def test_tensorrt_llm_commands_use_trtllm_serves_options():
         assert set(config) <= TRTLLM_KV_CACHE_CONFIG
         # the file replaces the flags' kv_cache_config: it repeats the memory fraction
         assert config == {"free_gpu_memory_fraction": 0.9, "dtype": "fp8", "tokens_per_block": 64}
+
+
+def test_vllm_parses_the_speculative_config(vllm_parse):
+    # vLLM 0.33 reads --speculative-config as a JSON dict; "mtp" is its name for every MTP kind
+    # ("deepseek_mtp" is deprecated to it, config/speculative.py), ngram needs no draft model
+    from typing import get_args
+
+    from vllm.config.speculative import SpeculativeMethod
+
+    d = Deployment("deepseek-v3", "h200", tp=8, weights="fp8", speculative="mtp:1:0.85")
+    args = vllm_parse(launch_command(d).argv)
+    assert args.speculative_config == {"method": "mtp", "num_speculative_tokens": 1}
+    ngram = Deployment("llama-3.1-8b", "h100-sxm", speculative="ngram:3:0.4")
+    assert vllm_parse(launch_command(ngram).argv).speculative_config == {
+        "method": "ngram", "num_speculative_tokens": 3}
+    methods = set(get_args(SpeculativeMethod))
+    for t in get_args(SpeculativeMethod):
+        methods |= set(get_args(t))
+    assert set(kvlib.deployment.SPECULATIVE_METHODS) <= methods

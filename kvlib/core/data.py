@@ -340,6 +340,17 @@ SCHEMAS: dict[str, Schema] = {
                   "mean_input_tokens": _POSITIVE, "mean_output_tokens": _POSITIVE,
                   "dp_attention": choice("true", "false")},
         unique=("id",), source=("source_url",)),
+    "speculative.csv": Schema(
+        required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "accessed": DATE,
+                  "model_slug": SLUG_CELL,
+                  "method": choice("mtp", "eagle", "eagle3", "ngram")},
+        optional={"engine": TEXT, "gpu_slug": SLUG_CELL, "tp": _POSITIVE_COUNT,
+                  "num_speculative_tokens": _POSITIVE_COUNT, "batch": _POSITIVE_COUNT,
+                  "dataset": TEXT, "acceptance_rate": number(minimum=0, maximum=1),
+                  "acceptance_rate_high": number(minimum=0, maximum=1),
+                  "acceptance_length": number(minimum=1), "speedup": _POSITIVE,
+                  "baseline": _POSITIVE, "speculative": _POSITIVE, "unit": TEXT, "notes": TEXT},
+        unique=("id",), source=("source_url",)),
     "workloads.csv": Schema(
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
                   "source_url": URL},

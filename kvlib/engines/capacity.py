@@ -38,6 +38,7 @@ from ..model.params import ParamCounts
 from ..model.weights import loaded_weights, params_for
 from ..model.formats import KVFormat, kv_format
 from ..core.units import GIB
+from .speculative import draft_cache_layers, draft_layer_count, draft_weight_bytes
 
 #: Tokens per block is rounded to this multiple when a hybrid's attention block is enlarged to
 #: hold one recurrent-state page (vLLM: "Setting attention block size to N tokens").
@@ -184,6 +185,20 @@ def _group_layout(groups: list[CacheGroup]) -> tuple[int, int, int]:
     if max(counts) < 1.5 * size:
         size = max(counts)
     return size, sum(math.ceil(c / size) for c in counts), size * groups[0].page_bytes
+
+
+def with_draft(groups: list[CacheGroup], d: Deployment) -> list[CacheGroup]:
+    """``groups`` with the deployment's speculative draft layers added: a draft layer copies a
+    target layer's cache, so it joins that layer's group (vLLM groups by spec, ``is_draft``
+    excluded from equality); ``groups`` itself without a draft."""
+    n = draft_layer_count(d)
+    if not n:
+        return groups
+    out = list(groups)
+    for layer in draft_cache_layers(d):
+        i = next(i for i, g in enumerate(out) if g.kind == layer.cache_kind and g.layer == layer)
+        out[i] = replace(out[i], layers=out[i].layers + n)
+    return out
 
 
 # --- the pool -------------------------------------------------------------------------------
@@ -395,7 +410,12 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
     total = g.usable_memory_bytes
     budget = int(total * d.gpu_memory_utilization)
-    groups = cache_groups(m, tp=tp, kv_dtype=d.kv, block_size=d.block_size)
+    groups = with_draft(cache_groups(m, tp=tp, kv_dtype=d.kv, block_size=d.block_size), d)
+    if d.speculative is not None and weights_bytes_per_gpu is None:
+        draft = draft_weight_bytes(d)
+        if draft:
+            weights += draft
+            weights_basis += f" + the {d.speculative.method} draft"
     per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
     available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
     num_blocks = max(available // block_bytes, 0) if groups else 0

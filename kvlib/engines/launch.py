@@ -51,6 +51,7 @@ KV formats map to each engine's value in ``KV_CACHE_DTYPES``; a 16-bit cache is 
 """
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -220,12 +221,30 @@ def _vllm(d: Deployment, repo: str) -> LaunchCommand:
         args += ["--block-size", str(d.block_size)]
     if repo in VLLM_QUANTIZATION:
         args += ["--quantization", VLLM_QUANTIZATION[repo]]
+    if d.speculative is not None:
+        args += ["--speculative-config", speculative_config(d)]
     notes += _kv_note(d, kv)
     notes.append("--gpu-memory-utilization: the share of each GPU's whole memory vLLM may "
                  "take (weights, activations and the KV pool)")
     if d.engine_version != VLLM_VERSION:
         notes.append(f"flags checked against vLLM {VLLM_VERSION}, not {d.engine_version}")
     return LaunchCommand("vllm", tuple(args), tuple(env), (), tuple(notes))
+
+
+def speculative_config(d: Deployment) -> str:
+    """vLLM 0.33's ``--speculative-config`` JSON for the deployment's ``speculative``: the
+    method ("mtp" — vLLM's name for every MTP kind, "deepseek_mtp" being deprecated to it —,
+    "eagle", "eagle3", "ngram"), ``num_speculative_tokens`` and, for EAGLE heads, the draft
+    checkpoint (``model``; ValueError without one)."""
+    spec = d.speculative
+    config: dict[str, object] = {"method": spec.method,
+                                 "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.method in ("eagle", "eagle3"):
+        if not spec.model:
+            raise ValueError(f"{spec.method} needs its draft head's checkpoint: "
+                             "Speculative(..., model='<repository>') or --draft-model")
+        config["model"] = spec.model
+    return json.dumps(config)
 
 
 def _sglang(d: Deployment, given: Deployment, repo: str) -> LaunchCommand:
@@ -292,6 +311,8 @@ def launch_command(deployment: Deployment, *, repo: str | None = None) -> Launch
     if not isinstance(deployment, Deployment):
         raise TypeError(f"launch_command takes a Deployment, got {type(deployment).__name__}")
     d = deployment.resolved()
+    if d.speculative is not None and d.engine != "vllm":
+        raise ValueError(f"speculative decoding is modelled for vLLM only, not {d.engine}")
     checkpoint = _repository(d, repo)
     if d.engine == "vllm":
         return _vllm(d, checkpoint)

@@ -37,6 +37,9 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     activation and non-torch terms) applies to vLLM and TensorRT-LLM; SGLang measures no
     activations, so a non-default one is refused for it."""
     d = as_deployment(deployment, gpu, **keywords)
+    if d.speculative is not None and d.engine != "vllm":
+        raise ValueError(f"speculative decoding is modelled in vLLM's pool only, not "
+                         f"{d.engine}'s (its draft keeps a KV pool of its own)")
     if d.engine == "sglang":
         if overheads is not VLLM:
             raise ValueError("SGLang measures no activation peak: overheads do not apply")

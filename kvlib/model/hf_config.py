@@ -183,14 +183,16 @@ READ_KEYS = frozenset({
     "vocab_size", "tie_word_embeddings", "word_embed_proj_dim", "max_position_embeddings",
     "_remove_final_layer_norm", "torch_dtype", "dtype", "mamba_ssm_cache_dtype",
     "mamba_ssm_dtype", "quantization_config",
-    # multi-token prediction: read only to note "not counted". vLLM 0.33 builds the target model
-    # from num_hidden_layers alone (deepseek_v2.py: make_layers(config.num_hidden_layers, ...)) and
+    # multi-token prediction: read for the draft of speculative decoding by MTP
+    # (``Architecture.mtp_layers``; kvlib.engines.speculative), not counted in the model itself.
+    # vLLM 0.33 builds the target model from num_hidden_layers alone (deepseek_v2.py:
+    # make_layers(config.num_hidden_layers, ...)) and
     # skips the MTP layers' weights when loading it; the MTP layers (indices num_hidden_layers ..
     # num_hidden_layers + num_nextn_predict_layers − 1, deepseek_mtp.py DeepSeekMultiTokenPredictor)
     # are built, loaded and given KV cache only in the draft model, which exists only when the
     # engine is started with speculative decoding by MTP (config/speculative.py
-    # hf_config_override, method "mtp"). kvlib sizes serving without speculative decoding, so
-    # they hold no cache and no weights here (tests/test_config_corpus.py checks it).
+    # hf_config_override, method "mtp"). Without speculative decoding they hold no cache and no
+    # weights here (tests/test_config_corpus.py checks it); with it, the pool adds them.
     "num_nextn_predict_layers", "mtp_num_hidden_layers", "use_mtp",
     # the longest context an engine accepts (vLLM's derived max_model_len)
     "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions",
@@ -450,6 +452,10 @@ class Architecture:
     max_position_embeddings: int | None = None
     max_model_len: int | None = None
     notes: tuple[str, ...] = ()
+    #: Multi-token-prediction layers the checkpoint ships (``num_nextn_predict_layers`` or
+    #: ``mtp_num_hidden_layers``; 0 without): the draft of speculative decoding by MTP, not counted
+    #: in the layers, the cache or the parameters of the model itself.
+    mtp_layers: int = 0
 
     @property
     def n_layers(self) -> int:
@@ -1163,9 +1169,9 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     gated = _gated(c, model_type)
     tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
     notes = []
-    if (c.opt_int("num_nextn_predict_layers", minimum=0) or c.opt_int("mtp_num_hidden_layers",
-                                                                        minimum=0)
-            or c.flag("use_mtp")):
+    mtp_layers = (c.opt_int("num_nextn_predict_layers", minimum=0)
+                  or c.opt_int("mtp_num_hidden_layers", minimum=0) or 0)
+    if mtp_layers or c.flag("use_mtp"):
         notes.append("multi-token-prediction layers not counted")
     if config is not text:
         notes.append("vision tower not counted (text_config only)")
@@ -1191,4 +1197,4 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
-        max_model_len=_max_model_len(c, model_type), notes=tuple(notes))
+        max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers)

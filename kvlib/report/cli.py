@@ -274,6 +274,8 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     given = [flag for flag, dest in _MODEL_FLAGS.items() if getattr(args, dest) is not None]
     if args.allow_long_context:
         given.append("--allow-long-context")
+    given += [flag for flag, dest in (("--speculative", "speculative"),
+                                      ("--draft-model", "draft_model")) if getattr(args, dest)]
     if given:
         raise _UsageError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
                           "only with a model and a GPU, not with --tps")
@@ -305,9 +307,61 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
             ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
                               "output tokens")]
+    if args.speculative:
+        d = _speculative(d, args)
+        data["speculative"], spec_rows = _speculative_cost(d, point, args.price * args.tp)
+        rows += spec_rows
+    elif args.draft_model:
+        raise _UsageError("--draft-model applies only with --speculative")
     data["launch_command"], data["launch_notes"] = _launch(d)
     rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
+
+
+def _speculative(d: Any, args: argparse.Namespace) -> Any:
+    """The deployment with ``--speculative method:k:acceptance`` (and ``--draft-model``)."""
+    from dataclasses import replace
+
+    from ..deployment import speculative
+
+    spec = speculative(args.speculative)
+    if args.draft_model:
+        spec = replace(spec, model=args.draft_model)
+    return d.with_(speculative=spec)
+
+
+def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
+                      ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """Speculative decoding at the serving point's batch (fewer when the draft's KV and the
+    lookahead slots leave room for fewer) and mean decode context: JSON fields and rows."""
+    from ..engines.pools import kv_pool
+    from ..engines.speculative import lookahead_tokens
+    from ..serve.speculative import speculative_decode
+
+    context = point.input_tokens + point.output_tokens // 2
+    room = kv_pool(d).max_concurrency(point.input_tokens + point.output_tokens
+                                      + lookahead_tokens(d))
+    batch = max(1, min(point.batch, int(room)))
+    r = speculative_decode(d, batch, context, dollars_per_hour=dollars_per_hour)
+    spec = d.speculative
+    data = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
+            "tokens_per_step": spec.tokens_per_step, "batch": batch, "context_tokens": context,
+            "tpot_s": r.tpot_s, "base_tpot_s": r.base_tpot_s, "tokens_per_s": r.tokens_per_s,
+            "base_tokens_per_s": r.base_tokens_per_s, "speedup": r.speedup,
+            "extra_kv_bytes_per_token": r.extra_kv_bytes_per_token,
+            "lookahead_tokens": r.lookahead_tokens, "pool_tokens": r.pool_tokens,
+            "base_pool_tokens": r.base_pool_tokens,
+            "dollars_per_million_tokens": r.dollars_per_million,
+            "base_dollars_per_million_tokens": r.base_dollars_per_million}
+    rows = [("speculative", f"{spec.method}, k = {spec.num_speculative_tokens}: "
+                            f"{spec.tokens_per_step:.2f} tokens per step; at batch {batch}, "
+                            f"{r.tokens_per_s:,.0f} tok/s against {r.base_tokens_per_s:,.0f} "
+                            f"({r.speedup:.2f}×), ${r.dollars_per_million:,.3f} per 1M output "
+                            f"tokens against ${r.base_dollars_per_million:,.3f} (decode steps "
+                            "only)"),
+            ("draft KV", f"+{r.extra_kv_bytes_per_token:,} bytes per token per GPU; the pool "
+                         f"holds {r.pool_tokens:,} tokens instead of {r.base_pool_tokens:,}")]
+    return data, rows
 
 
 def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
@@ -458,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-tokens", type=int, default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
     _deployment_flags(p)
+    p.add_argument("--speculative", default=None, metavar="METHOD:K:ACCEPTANCE",
+                   help="speculative decoding (vLLM): mtp, eagle, eagle3 or ngram, k drafted "
+                        "tokens, the acceptance rate or per-position rates joined by / "
+                        "(e.g. mtp:1:0.85)")
+    p.add_argument("--draft-model", default=None,
+                   help="the EAGLE head's checkpoint repository (for --speculative eagle/eagle3)")
 
     p = command("slo", _slo, "requests/s, users and $ within a latency target (simulated load)")
     p.add_argument("model", help="registry slug or config.json")

@@ -330,6 +330,9 @@ def serving_point(model: Deployment | Model | str, gpu: GPU | str | None = None,
     """
     for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
         _positive(name, value)
+    if isinstance(model, Deployment) and model.speculative is not None:
+        raise ValueError("serving_point times decoding without speculation: for speculative "
+                         "decoding use kvlib.speculative_decode")
     if isinstance(model, Deployment) and n_gpus is None:
         if tp_degrees is not None:
             raise ValueError(f"tp_degrees does not apply to a Deployment: its tp ({model.tp}) is "
