@@ -171,9 +171,10 @@ def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) ->
            "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
            "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
            "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
-    # past the largest batch with a band of its own, the band of that batch (its own borrows
-    # a wider, kinder scope): the figures are an extrapolation
-    band = point.band if point.batch <= limit else calibrate.error_band(point.n_gpus, limit)
+    # past the largest batch with a band of its own, the case's band at that batch (its own
+    # borrows a wider, kinder scope): the figures are an extrapolation
+    band = point.band if point.batch <= limit else calibrate.case_band(
+        model, point.gpu, point.engine, point.n_gpus, limit)
     if point.fits:
         low, high = band.speed_range(point.tokens_per_s)
         cost_in, cost_out_split = point.dollars_per_million_split(1.0)
@@ -207,8 +208,8 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
     ``lengths``) × request (input, output tokens) that fits within that max_model_len.
 
     Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
-    that of ``banded_batch_limit`` when its batch is larger) with the GPU
-    count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
+    the case's, ``calibrate.case_band``, at ``banded_batch_limit`` when its batch is larger) with
+    the GPU count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
     max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
     (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
     kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit "format".
