@@ -17,8 +17,8 @@ and alternating, so every source lands on both sides (``split``); ``fit`` finds 
 on the train half; ``validate`` predicts every point with a given ``Efficiency`` (by default
 the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
-fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range:
-what the book prints next to a speed.
+fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range
+(what the what-to-buy search reads at its slow end).
 
 Generalization (issue 22): ``leave_one_source_out`` refits without each publisher in turn;
 ``fresh_validation`` predicts ``data/speed_fresh.csv`` — public 2025–2026 measurements that no
@@ -28,7 +28,8 @@ GPU vendor, engine, TP degree, batch band and model family (``model_family``) ag
 issue's goals. ``case_band`` is the band of one case from measurements like it (vendor ×
 engine × family × TP × batch band, relaxed in ``CASE_LEVELS`` order, then the
 leave-one-source-out errors), and says ``NO_MEASUREMENTS`` when the data hold none of the
-model's family on that GPU and engine.
+model's family on that GPU and engine: the band every serving answer prints next to a speed,
+read from tables ``write_case_bands`` stores (``case_bands`` computes them).
 """
 from __future__ import annotations
 
