@@ -156,7 +156,7 @@ GRID_COLUMNS = [
     "why_not", "would_fit", "max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
     "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
     "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
-    "band_scope", "band_n", "band_median", "band_low", "band_high",
+    "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
 ]
 
 
@@ -181,12 +181,13 @@ def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) ->
         row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
                    output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
                    output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
-                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high)
+                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high,
+                   band_words=band.words)
     else:
         row.update(dict.fromkeys(("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
                                   "output_cost", "input_cost", "output_cost_split",
                                   "band_median", "band_low", "band_high"), math.nan),
-                   band_scope="", band_n=0)
+                   band_scope="", band_n=0, band_words="")
     return row
 
 
@@ -262,7 +263,7 @@ def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, u
                gpu_name=eng.gpu.name, max_model_len=length, input_tokens=input_tokens,
                output_tokens=output_tokens, n_gpus=0, limit="format", why_not=why,
                would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
-               band_scope="", band_n=0)
+               band_scope="", band_n=0, band_words="")
     return row
 
 
@@ -497,7 +498,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
     that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
     choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
-    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
+    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``, the
+    band's basis in words (``CaseBand.words``)] — and
     into ``ttft_bands``, ``ttft`` (``calibrate.ttft_errors``) for the batch range of its batch, -1 where
     none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
     starting choice: model, weights, kv_dtype,
@@ -528,10 +530,11 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
              "output_tokens": {o: i for i, o in enumerate(outputs)}}
     columns = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
                "input_tokens", "output_tokens", "n_gpus", "limit", "why_not", "would_fit",
-               "band_scope", "band_n", "band_median", "band_low", "band_high", *PAGE_FIELDS]
+               "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
+               *PAGE_FIELDS]
     rows = []
     for (m, w, k, u, g, length, p, o, n, limit, why, fit, *band, ), numbers in zip(
-            zip(*(grid[c].tolist() for c in columns[:17])),
+            zip(*(grid[c].tolist() for c in columns[:18])),
             zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
         key = [index["model"][m], weights[m].index(w), index["kv_dtype"][k],
                index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
@@ -561,8 +564,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
         "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
         "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
         "hit_rate": hit_rate,
-        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high)]
-                  for scope, n, med, low, high in bands],
+        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high), words]
+                  for scope, n, med, low, high, words in bands],
         "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
                        for r in ttft.itertuples()],
         "batch_limit": calibrate.banded_batch_limit(),
