@@ -332,8 +332,10 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "ttft_s_at_percentile": cap.ttft_s, "tpot_s_at_percentile": cap.tpot_s,
         "search_tolerance": cap.tolerance}
     rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica "
-                            f"({ENGINE_NAMES[d.engine]}, scheduled as vLLM schedules)"),
-            ("target", f"p{slo.percentile:g} TTFT ≤ {slo.ttft_s} s, TPOT ≤ {slo.tpot_s} s"),
+                            f"({ENGINE_NAMES[d.engine]}"
+                            + (", scheduled as vLLM schedules)" if d.engine != "vllm" else ")")),
+            ("target", ", ".join(f"p{slo.percentile:g} {name} ≤ {bound:g} s" for name, bound in
+                                 (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if bound is not None)),
             ("within the target", f"{cap.rate_rps:,.2f} requests/s per replica "
                                   f"(saturated: {cap.saturated_rps:,.2f}), "
                                   f"{cap.concurrency:,.0f} users in flight, "
