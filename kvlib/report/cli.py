@@ -249,7 +249,8 @@ def _speed_rows(point: Any) -> list[tuple[str, str]]:
     band = point.band
     lo, hi = band.speed_range(point.tokens_per_s)
     return [
-        ("decode batch", f"{point.batch} requests of {point.input_tokens:,} + "
+        ("decode batch", f"{point.batch} request{'s' * (point.batch > 1)} of "
+                         f"{point.input_tokens:,} + "
                          f"{point.output_tokens:,} tokens ({ENGINE_NAMES[point.engine]}, "
                          "calibrated roofline)"),
         ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "

@@ -77,6 +77,8 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
             else np.zeros(len(reqs)))
     start = engine_start(d)
     seqs = start.max_running
+    if d.engine == "tensorrt-llm":  # a step carries at most max_num_tokens tokens, decodes too
+        seqs = min(seqs, start.max_batched_tokens)
     if concurrency is not None:
         seqs = min(seqs, positive_integer("concurrency", concurrency))
     pool = start.pool
