@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import kvlib
 from kvlib.fit import calibrate
 from kvlib.speed import roofline
 from kvlib.model.registry import data_dir
@@ -31,6 +32,24 @@ def test_the_error_band_file_is_current(results):
     stored = pd.read_csv(data_dir() / calibrate.BANDS_FILE, keep_default_na=False,
                          dtype={"batch_range": str})
     pd.testing.assert_frame_equal(calibrate.error_bands(results), stored, check_dtype=False)
+
+
+def test_the_case_band_files_are_current(results):
+    bands, measured = calibrate.case_bands()
+    stored = pd.read_csv(data_dir() / calibrate.CASE_BANDS_FILE, keep_default_na=False,
+                         dtype={"batch_range": str})
+    pd.testing.assert_frame_equal(bands, stored, check_dtype=False)
+    pd.testing.assert_frame_equal(measured, pd.read_csv(data_dir() / calibrate.CASE_MEASURED_FILE),
+                                  check_dtype=False)
+    # 2 vendors × 3 engines × 5 families × 5 TP buckets (1, 2, 4, 8, other) × 6 batch ranges
+    assert len(bands) == 900
+    # a degree no measurement has (TP 3) is looked up as "another degree": the cell without TP
+    assert calibrate.case_band("llama-3.1-8b", "h100-sxm", "vllm", 3, 8).scope == (
+        "held-out points of NVIDIA GPUs, vLLM, dense GQA")
+    # a model built from a config gets the band of its family
+    model = kvlib.load_model("llama-3.1-8b")
+    assert calibrate.case_band(model, "h100-sxm", "vllm", 1, 8) == calibrate.case_band(
+        "llama-3.1-8b", "h100-sxm", "vllm", 1, 8)
 
 
 def test_modern_points_cover_what_the_issue_asks(points):

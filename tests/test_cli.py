@@ -92,7 +92,7 @@ def test_fit_by_hand():
 
 
 def test_fit_reports_speed_per_user_and_the_error_band():
-    from kvlib.fit.calibrate import error_band
+    from kvlib.fit.calibrate import case_band
     from kvlib.serve.serving import serving_point
 
     data = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--json").stdout)["speed"]
@@ -101,11 +101,37 @@ def test_fit_reports_speed_per_user_and_the_error_band():
     assert (data["input_tokens"], data["output_tokens"], data["batch"]) == (7168, 1024, 51)
     assert data["tokens_per_s"] == pytest.approx(point.tokens_per_s)
     assert data["per_user_tokens_per_s"] == pytest.approx(1 / data["tpot_s"])
-    band = error_band(1, 51)
-    assert data["error_band"]["scope"] == band.scope
+    # the band of measurements like the case: 27 held-out points of dense models on vLLM on one
+    # NVIDIA GPU (the TP 1 × batch 33–128 band of every model was "TP 1, batch 33–128")
+    band = case_band("llama-3.1-8b", "h100-sxm", "vllm", 1, 51)
+    assert data["error_band"]["scope"] == band.scope == (
+        "held-out points of NVIDIA GPUs, vLLM, dense GQA, TP 1")
+    assert data["error_band"]["basis"] == band.words and data["error_band"]["points"] == 27
     assert data["tokens_per_s_range"] == pytest.approx(list(band.speed_range(point.tokens_per_s)))
     text = run("fit", "llama-3.1-8b", "h100-sxm").stdout
-    assert "tok/s per user" in text and f"held-out {band.scope}" in text
+    assert "tok/s per user" in text
+    assert "  median miss of 27 measurements like this: 10% (NVIDIA GPUs, vLLM, dense GQA, " \
+        "TP 1); 80 % within" in text
+
+
+def test_cost_and_slo_answer_for_every_engine():
+    from kvlib.serve.serving import serving_point
+
+    sg = json.loads(run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9", "--engine",
+                        "sglang", "--json").stdout)
+    point = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                          engine="sglang", max_model_len=8192)
+    # SGLang's pool (1-token pages): 419,358 tokens ÷ 8,192 = 51.19 requests → 51
+    assert (sg["engine"], sg["batch"]) == ("sglang", 51) == ("sglang", point.batch)
+    assert sg["tokens_per_s"] == pytest.approx(point.tokens_per_s, rel=1e-12)
+    assert sg["launch_command"].startswith("python -m sglang.launch_server ")
+    assert "SGLang" in sg["error_band"]["scope"]
+    trt = run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9", "--engine", "tensorrt-llm")
+    assert trt.returncode == 0 and "56 requests of 7,168 + 1,024 tokens (TensorRT-LLM" in trt.stdout
+    slo = run("slo", "llama-3.1-8b", "h100-sxm", "--engine", "sglang", "--tpot", "0.05",
+              "--requests", "40", "--json")
+    data = json.loads(slo.stdout)
+    assert slo.returncode == 0 and data["engine"] == "sglang" and data["requests_per_s"] > 0
 
 
 def test_cost_of_a_model_on_a_gpu():

@@ -328,14 +328,15 @@ def _fork_bands(tmp_path, monkeypatch, low: str, high: str):
 
     data = tmp_path / "data"
     shutil.copytree(data_dir(), data)
-    path = data / "speed_error_bands.csv"
-    lines = path.read_text().splitlines()
-    cells = lines[1].split(",")
-    cells[-2:] = [low, high]
-    lines[1] = ",".join(cells)
-    path.write_text("\n".join(lines) + "\n")
+    paths = [data / "speed_error_bands.csv", data / "speed_case_bands.csv"]
+    for path in paths:  # low and high are the last two columns of both
+        lines = path.read_text().splitlines()
+        cells = lines[1].split(",")
+        cells[-2:] = [low, high]
+        lines[1] = ",".join(cells)
+        path.write_text("\n".join(lines) + "\n")
     monkeypatch.setenv("KVLIB_DATA", str(data))
-    return path
+    return paths
 
 
 @pytest.mark.parametrize("low, high, problem", [
@@ -349,10 +350,12 @@ def test_an_error_band_that_would_print_a_negative_speed_is_refused(tmp_path, mo
                                                                      high, problem):
     from kvlib.core.data import csv_path
 
-    path = _fork_bands(tmp_path, monkeypatch, low, high)
-    with pytest.raises(ValueError) as info:
-        csv_path("speed_error_bands.csv")
-    assert str(info.value) == f"{path}: line 2: {problem}"
+    paths = _fork_bands(tmp_path, monkeypatch, low, high)
+    for path in paths:
+        with pytest.raises(ValueError) as info:
+            csv_path(path.name)
+        assert str(info.value) == f"{path}: line 2: {problem}"
+    path = paths[1]  # the case bands: what the serving answer reads
     status, out, err = cli("fit", _M, _G)
     assert (status, out) == (2, "") and err == f"kvlib: error: {path}: line 2: {problem}\n"
 

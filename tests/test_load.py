@@ -124,3 +124,18 @@ def test_measured_error_table_by_band() -> None:
     assert table.loc["light", "median_tpot_s median |error|"] == pytest.approx(0.2)
     assert table.loc["past", "request_throughput points"] == 1
     assert measured.signed_median(errors, "median_tpot_s") == pytest.approx(0.1)
+
+
+def test_bench_serve_uses_the_deployments_own_engine():
+    # a request longer than the pool (its last token is never cached: 499,999 tokens) is refused
+    # in the engine's own pages: SGLang's 1-token pages (419,358 tokens on one H100 for
+    # Llama-3.1-8B), TensorRT-LLM's 32-token blocks
+    sg = kvlib.Deployment("llama-3.1-8b", "h100-sxm", engine="sglang")
+    with pytest.raises(ValueError, match=r"needs 499,999 blocks of 1; the pool has 419,358$"):
+        load.bench_serve(sg, [[499_999, 1]])
+    with pytest.raises(ValueError, match=r"blocks of 32; the pool has"):
+        load.bench_serve(sg.with_(engine="tensorrt-llm"), [[499_999, 1]])
+    # SGLang's --max-running-requests 2: of 6 requests sent at once the third starts only when
+    # one of the first two has finished
+    run = load.bench_serve(sg.with_(max_num_seqs=2), [[100, 10]] * 6)
+    assert np.sort(run.ttft_s)[2] > np.sort(run.e2e_s)[0]

@@ -18,7 +18,58 @@ def test_a_fixed_degree_and_batch():
     assert p.tokens_per_s == pytest.approx(8 / p.tpot_s)
     assert p.per_user_tokens_per_s == pytest.approx(1 / p.tpot_s)
     assert p.ttft_s > 0 and p.context_tokens == 2560
-    assert p.band == calibrate.error_band(2, 8)
+    # the band of measurements like the case, not of every model at TP 2 and batch 2–8
+    assert p.band == calibrate.case_band("llama-3.1-70b", "h100-sxm", "vllm", 2, 8)
+    assert p.band.scope == "held-out points of NVIDIA GPUs, vLLM, dense GQA, TP 2, batch 2–8"
+    assert p.band.words.startswith("median miss of 12 measurements like this: ")
+
+
+def test_the_band_says_when_no_measurement_is_like_the_case():
+    # DeepSeek-V3 on 8 × MI300X under vLLM at 16 requests: the data hold no vLLM-on-ROCm MLA-MoE
+    # run, so the band is the leave-one-source-out error of AMD MLA-MoE points (median 58 %),
+    # not the TP 8 × batch 9–32 band of every model (median 9.7 %)
+    p = serving_point("deepseek-v3", "mi300x", input_tokens=2048, output_tokens=512, n_gpus=8,
+                      weight_dtype="fp8", batch=16)
+    assert p.band.median_abs_error == 0.5841 and p.band.n == 65
+    assert calibrate.error_band(8, 16).median_abs_error == 0.0967
+    assert p.band.words == (f"{calibrate.NO_MEASUREMENTS}; leave-one-source-out median miss of "
+                            "65 measurements of AMD GPUs, MLA-MoE: 58%")
+    # Llama-3.1-70B on 2 × H100 at 64 requests: 12 held-out points like it, median 12.4 %
+    # (the TP 2 × batch 33–128 band of every model said 13.9 %)
+    p = serving_point("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=512,
+                      n_gpus=2, weight_dtype="fp8", batch=64)
+    assert (p.band.median_abs_error, p.band.n, p.band.basis) == (0.1243, 12, "held-out")
+    assert calibrate.error_band(2, 64).median_abs_error == 0.1388
+
+
+def test_each_engine_serves_from_its_own_pool():
+    # 100 + 100 tokens on one H100: vLLM's 16-token blocks hold ⌈200/16⌉ = 13 blocks (208
+    # tokens) a request, SGLang's 1-token pages exactly 200
+    vllm = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=100, output_tokens=100)
+    sg = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=100, output_tokens=100,
+                       engine="sglang")
+    sg_pool = kvlib.kv_pool(kvlib.Deployment("llama-3.1-8b", "h100-sxm", engine="sglang",
+                                             max_model_len=200))
+    assert vllm.max_concurrency == 421_120 / 208 and vllm.batch == 1024  # max_num_seqs
+    assert sg.max_concurrency == sg_pool.tokens / 200 and sg_pool.block_size == 1
+    assert sg.batch == 2096 and sg.gpu_memory_utilization == 0.835  # SGLang's H100 default
+    assert sg.band.engine == "sglang"
+    # TensorRT-LLM: 32-token blocks, at most max_batch_size (max_num_seqs) requests
+    trt = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                        engine="tensorrt-llm")
+    trt_pool = kvlib.kv_pool(kvlib.Deployment("llama-3.1-8b", "h100-sxm",
+                                              engine="tensorrt-llm"))
+    assert trt.max_concurrency == trt_pool.num_blocks / (8192 // 32) and trt.batch == 56
+    assert serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                         engine="tensorrt-llm", max_num_seqs=8).batch == 8
+    # the same batch differs by the engines' fitted step costs: vLLM 1.892 ms, SGLang 0
+    a, b = (serving_point("llama-3.1-8b", "h100-sxm", input_tokens=1000, output_tokens=100,
+                          batch=8, engine=e) for e in ("vllm", "sglang"))
+    assert a.tpot_s - b.tpot_s == pytest.approx(1.892e-3, rel=1e-9)
+    big = serving_point("llama-3.1-405b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                        engine="sglang")
+    assert big.limit == "weights" and "SGLang keeps for weights and KV cache at " \
+        "mem_fraction_static 0.818" in big.why_not()
 
 
 def test_refusals_are_typed():
@@ -86,6 +137,6 @@ def test_batch_sweep_powers_of_two_up_to_the_ceiling_with_bands():
     assert last["context"] == "8,192 tokens" and last["n_gpus"] == 1
     assert math.isclose(last["tokens_per_s"], ceiling.tokens_per_s)
     for p in points:
-        band = calibrate.error_band(1, p["batch"])
+        band = calibrate.case_band("llama-3.1-8b", "h100-sxm", "vllm", 1, p["batch"])
         assert (p["band_low"], p["band_high"]) == (band.low, band.high)
         assert p["band_low"] <= p["band_high"]

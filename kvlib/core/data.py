@@ -396,6 +396,15 @@ SCHEMAS: dict[str, Schema] = {
         required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,
                   "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
         optional={"batch_range": TEXT}, rows=(_band_row,)),
+    # written by kvlib.fit.calibrate.write_case_bands from throughput.csv (its sources per row)
+    "speed_case_bands.csv": Schema(
+        required={"vendor": TEXT, "engine": TEXT, "family": TEXT, "tp": _COUNT,
+                  "batch_range": TEXT, "basis": choice("held-out", "leave-one-source-out"),
+                  "level": _COUNT, "held_out": _COUNT, "n": _POSITIVE_COUNT,
+                  "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
+        rows=(_band_row,)),
+    "speed_case_measured.csv": Schema(
+        required={"gpu": SLUG_CELL, "engine": TEXT, "family": TEXT, "n": _POSITIVE_COUNT}),
     "serving_benchmarks.csv": Schema(
         required={"id": SLUG_CELL, "source_url": URL, "accessed": DATE,
                   "engine": choice("vllm", "sglang", "tensorrt-llm", "other"),

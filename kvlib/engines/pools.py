@@ -5,10 +5,12 @@
 
 Each pool answers ``tokens``, ``block_size``, ``num_blocks``, ``kv_bytes_per_gpu``,
 ``available_kv_bytes``, ``weights_bytes_per_gpu``, ``max_concurrency(context)`` and
-``terms()``. This module is ``kvlib.kv_pool``.
+``terms()``. This module is ``kvlib.kv_pool``; ``engine_start`` adds the limits each engine
+runs under (most running requests, tokens per step).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Union
 
 import pandas as pd
@@ -85,3 +87,41 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
                      "concurrency": float(p.max_concurrency(context)),
                      "max_running": None if running is None else int(running)})
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class EngineStart:
+    """What an engine starts with on one deployment, beside its KV pool: ``max_running``, the
+    most requests it runs at once (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``,
+    TensorRT-LLM ``max_batch_size``); ``max_batched_tokens``, the tokens one step may carry
+    (vLLM ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``, TensorRT-LLM
+    ``max_num_tokens``), of which ``prompt_tokens_only`` says whether it bounds prompt tokens
+    alone (SGLang: decodes come on top) or every token of the step; ``memory_fraction``, the
+    share of memory it was started with (``engine_comparison``'s ``memory_fraction``)."""
+
+    pool: AnyPool
+    max_running: int
+    max_batched_tokens: int
+    prompt_tokens_only: bool
+    memory_fraction: float
+
+    def step_tokens(self, decodes: int) -> int:
+        """Tokens a step with ``decodes`` running requests may carry in all."""
+        return self.max_batched_tokens + (decodes if self.prompt_tokens_only else 0)
+
+
+def engine_start(deployment: Deployment | Model | str, gpu: GPU | str | None = None,
+                 **keywords: Any) -> EngineStart:
+    """The deployment's own engine as it starts (public API): its pool (``kv_pool``) and the
+    limits it runs under, each that engine's default where the deployment leaves it ``None``
+    (SGLang's ``max_running_requests`` depends on the deployment's ``max_model_len``)."""
+    d = as_deployment(deployment, gpu, **keywords)
+    p = kv_pool(d)
+    if isinstance(p, SGLangPool):
+        return EngineStart(p, p.max_running_requests or 0, p.chunked_prefill_size, True,
+                           p.mem_fraction_static)
+    if isinstance(p, TensorRTLLMPool):
+        return EngineStart(p, p.max_batch_size, p.max_num_tokens, False,
+                           p.free_gpu_memory_fraction)
+    return EngineStart(p, p.max_num_seqs, p.max_num_batched_tokens, False,
+                       p.gpu_memory_utilization)

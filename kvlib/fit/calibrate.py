@@ -17,8 +17,8 @@ and alternating, so every source lands on both sides (``split``); ``fit`` finds 
 on the train half; ``validate`` predicts every point with a given ``Efficiency`` (by default
 the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
-fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range:
-what the book prints next to a speed.
+fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range
+(what the what-to-buy search reads at its slow end).
 
 Generalization (issue 22): ``leave_one_source_out`` refits without each publisher in turn;
 ``fresh_validation`` predicts ``data/speed_fresh.csv`` — public 2025–2026 measurements that no
@@ -28,7 +28,8 @@ GPU vendor, engine, TP degree, batch band and model family (``model_family``) ag
 issue's goals. ``case_band`` is the band of one case from measurements like it (vendor ×
 engine × family × TP × batch band, relaxed in ``CASE_LEVELS`` order, then the
 leave-one-source-out errors), and says ``NO_MEASUREMENTS`` when the data hold none of the
-model's family on that GPU and engine.
+model's family on that GPU and engine: the band every serving answer prints next to a speed,
+read from tables ``write_case_bands`` stores (``case_bands`` computes them).
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ from ..engines import capacity
 
 from ..speed import roofline
 from ..core.checks import positive_integer
-from ..hardware.gpus import load_gpu
+from ..hardware.gpus import GPU, load_gpu, resolve_gpu
 from ..core.data import band_problem, csv_path, data_dir
 from ..model.formats import weight_format
+from ..model.model import Model
 from ..model.registry import load_model
 from ..speed.roofline import BLOCK_KINDS, Efficiency
 
@@ -672,20 +674,23 @@ def _band(tp: int, label: str, mtime: float) -> ErrorBand:
 MODEL_FAMILIES = ("dense GQA", "MoE", "MLA-MoE", "hybrid")
 
 
-def model_family(model: str) -> str:
+def model_family(model: Model | str) -> str:
     """The family of a registry model, from its architecture record (``roofline.blocks``):
     "hybrid" when any layer has a recurrent mixer (Mamba-2, Gated DeltaNet: Nemotron-H,
     Qwen3-Next, Qwen3.5), else "MLA-MoE" when it has latent attention (DeepSeek-V2/V3/R1,
     Kimi-K2), else "MoE" when any FFN is a mixture of experts (gpt-oss, Qwen3-235B, MiniMax,
     Llama-4), else "dense GQA" (every dense softmax-attention model, MHA and sliding windows
     included); a dense latent-attention model would be "MLA" (the registry has none). E.g.
-    ``model_family("deepseek-v3") == "MLA-MoE"``."""
-    return _family(model)
+    ``model_family("deepseek-v3") == "MLA-MoE"`` (a ``Model`` built from a config works too)."""
+    return _family(model) if isinstance(model, str) else _blocks_family(roofline.blocks(model))
 
 
 @lru_cache(maxsize=None)
 def _family(model: str) -> str:
-    b = roofline.blocks(_model(model))
+    return _blocks_family(roofline.blocks(_model(model)))
+
+
+def _blocks_family(b: roofline.Blocks) -> str:
     if b.recurrent:
         return "hybrid"
     if b.mla:
@@ -891,7 +896,7 @@ class CaseBand(ErrorBand):
     model_family of the case, ``vendor`` of its GPU, ``basis`` ("held-out" or
     "leave-one-source-out") and ``measured``: modern decode points (train or held-out) of
     this model family on this GPU with this engine — 0 makes ``scope`` start with
-    ``NO_MEASUREMENTS``."""
+    ``NO_MEASUREMENTS``. ``words`` says the same for a reader."""
 
     gpu: str = ""
     engine: str = ""
@@ -899,41 +904,176 @@ class CaseBand(ErrorBand):
     vendor: str = ""
     basis: str = ""
     measured: int = 0
+    cell: str = ""
+
+    @property
+    def words(self) -> str:
+        """The band's basis in a sentence: "median miss of 12 measurements like this: 12 %
+        (NVIDIA GPUs, vLLM, dense GQA, TP 2, batch 33–128)", or, when the data hold no point of
+        the family on this GPU and engine, ``NO_MEASUREMENTS`` and the leave-one-source-out
+        (or wider held-out) median it falls back to."""
+        miss = f"{self.median_abs_error:.0%}"
+        loso = self.basis == "leave-one-source-out"
+        if self.measured:
+            kind = "leave-one-source-out median miss" if loso else "median miss"
+            return f"{kind} of {self.n:,} measurements like this: {miss} ({self.cell})"
+        kind = "leave-one-source-out median" if loso else "held-out median"
+        return f"{NO_MEASUREMENTS}; {kind} miss of {self.n:,} measurements of {self.cell}: {miss}"
+
+
+_ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+#: Tensor-parallel degrees the case-band table keys on; any other degree is looked up (and
+#: its measurements pooled) as 0, "another degree".
+CASE_TP_DEGREES = (1, 2, 4, 8)
+#: Every family ``model_family`` can return, the table's family axis.
+CASE_FAMILIES = (*MODEL_FAMILIES, "MLA")
+#: Where ``write_case_bands`` stores the tables ``case_band`` reads: the band of every
+#: vendor × engine × family × TP × batch range, and the decode points per GPU × engine × family.
+CASE_BANDS_FILE = "speed_case_bands.csv"
+CASE_MEASURED_FILE = "speed_case_measured.csv"
+
+
+def _tp_bucket(tp: int) -> int:
+    return tp if tp in CASE_TP_DEGREES else 0
 
 
 def _cell_words(case: Mapping[str, Any], keys: Sequence[str]) -> str:
+    tp = case["tp"]
     words = {"vendor": f"{case['vendor']} GPUs",
              "engine": _ENGINE_WORDS.get(case["engine"], case["engine"]),
-             "family": case["family"], "tp": f"TP {case['tp']}",
+             "family": case["family"],
+             "tp": f"TP {tp}" if tp else "a TP degree other than 1, 2, 4 or 8",
              "batch_range": f"batch {case['batch_range']}"}
     return ", ".join(words[k] for k in keys) if keys else "every point"
 
 
-_ENGINE_WORDS = {"vllm": "vLLM", "sglang": "SGLang", "tensorrt-llm": "TensorRT-LLM"}
+def _level_stats(frame: pd.DataFrame) -> list[dict[tuple, tuple[int, float, float, float]]]:
+    """Per ``CASE_LEVELS`` entry: key values → (n, median |error|, 10th, 90th percentile)."""
+    frame = frame.assign(tp=frame["tp"].map(_tp_bucket), abs_error=frame["error"].abs())
+    out = []
+    for keys in CASE_LEVELS:
+        if not keys:
+            e = frame["error"]
+            out.append({(): (len(e), float(frame["abs_error"].median()),
+                             float(e.quantile(0.1)), float(e.quantile(0.9)))})
+            continue
+        g = frame.groupby(list(keys), sort=False)
+        stats = pd.DataFrame({"n": g.size(), "med": g["abs_error"].median(),
+                              "low": g["error"].quantile(0.1), "high": g["error"].quantile(0.9)})
+        out.append({(k if isinstance(k, tuple) else (k,)): (int(r.n), r.med, r.low, r.high)
+                    for k, r in zip(stats.index, stats.itertuples(index=False))})
+    return out
 
 
-def _select(frame: pd.DataFrame, case: Mapping[str, Any], keys: Sequence[str]) -> pd.DataFrame:
-    mask = np.ones(len(frame), dtype=bool)
-    for k in keys:
-        mask &= (frame[k] == case[k]).to_numpy()
-    return frame[mask]
+def _first_level(stats: Sequence[Mapping[tuple, tuple[int, float, float, float]]],
+                 case: Mapping[str, Any]) -> tuple[int, tuple[int, float, float, float]] | None:
+    """The first of ``CASE_LEVELS`` (with its stats) whose cell like ``case`` has
+    ``MIN_BAND_POINTS`` points — the last, every point, whatever it has."""
+    for i, table in enumerate(stats):
+        keys = CASE_LEVELS[i]
+        cell = table.get(tuple(case[k] for k in keys))
+        if cell is not None and (cell[0] >= MIN_BAND_POINTS or not keys):
+            return i, cell
+    return None
 
 
-def case_band(model: str, gpu: str, engine: str, tp: int, batch: int) -> CaseBand:
+def case_bands() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tables ``case_band`` reads, computed from the measurements (``write_case_bands``
+    stores them; tests/test_calibrate.py checks they are current).
+
+    Bands: one row per GPU vendor of ``data/gpus.csv`` × engine × ``CASE_FAMILIES`` × TP
+    (``CASE_TP_DEGREES``, 0 for any other) × batch range: ``basis``, ``level`` (the index in
+    ``CASE_LEVELS`` of the keys matched), ``held_out`` (held-out points of vendor × engine ×
+    family, the last held-out level), n, median_abs_error, low, high — held-out points while a
+    level of the first ``HELD_OUT_LEVELS`` has ``MIN_BAND_POINTS``, else the
+    leave-one-source-out errors at the first level that has them (every point at the last).
+    Measured: gpu, engine, family, n — modern decode points (train and held-out) of each
+    combination the data hold."""
+    held, loso = _level_stats(_held_out()), _level_stats(loso_results())
+    vendors = sorted(set(pd.read_csv(csv_path("gpus.csv"))["vendor"]))
+    rows = []
+    for vendor in vendors:
+        for engine in _ENGINE_WORDS:
+            for family in CASE_FAMILIES:
+                for tp in (*CASE_TP_DEGREES, 0):
+                    for lo, _ in BATCH_RANGES:
+                        case = {"vendor": vendor, "engine": engine, "family": family, "tp": tp,
+                                "batch_range": batch_range(lo)}
+                        few = held[HELD_OUT_LEVELS - 1].get(
+                            tuple(case[k] for k in CASE_LEVELS[HELD_OUT_LEVELS - 1]), (0,))[0]
+                        found = _first_level(held[:HELD_OUT_LEVELS], case)
+                        basis = "held-out" if found else "leave-one-source-out"
+                        level, (n, med, low, high) = found or _first_level(loso, case)
+                        rows.append({**case, "basis": basis, "level": level, "held_out": few,
+                                     "n": n, "median_abs_error": round(med, 4),
+                                     "low": round(low, 4), "high": round(high, 4)})
+    decode = _decode_keys()
+    measured = (decode.groupby(["gpu", "engine", "family"]).size().rename("n").reset_index()
+                .sort_values(["gpu", "engine", "family"], ignore_index=True))
+    return pd.DataFrame(rows), measured
+
+
+def write_case_bands() -> None:
+    """Regenerate ``data/<CASE_BANDS_FILE>`` and ``data/<CASE_MEASURED_FILE>`` (after a refit
+    or new data)."""
+    bands, measured = case_bands()
+    bands.to_csv(data_dir() / CASE_BANDS_FILE, index=False)
+    measured.to_csv(data_dir() / CASE_MEASURED_FILE, index=False)
+
+
+@lru_cache(maxsize=None)
+def _case_tables(mtimes: tuple[float, float]) -> tuple[dict[tuple, Any], dict[tuple, int]]:
+    bands = pd.read_csv(csv_path(CASE_BANDS_FILE), keep_default_na=False,
+                        dtype={"batch_range": str})
+    measured = pd.read_csv(csv_path(CASE_MEASURED_FILE), keep_default_na=False)
+    return ({(r.vendor, r.engine, r.family, int(r.tp), r.batch_range): r
+             for r in bands.itertuples(index=False)},
+            {(r.gpu, r.engine, r.family): int(r.n) for r in measured.itertuples(index=False)})
+
+
+def case_band(model: Model | str, gpu: GPU | str, engine: str, tp: int, batch: int) -> CaseBand:
     """The error band of ``roofline.CALIBRATED`` from measurements like this case: held-out
     decode points of the same GPU vendor, engine, model family (``model_family``), TP degree
     and batch band, relaxing ``CASE_LEVELS`` in order while a cell has fewer than
     ``MIN_BAND_POINTS``; when even vendor × engine × family has too few held-out points, the
     leave-one-source-out errors (``loso_results``) at the first level with enough. ``scope``
     names the points used, and starts with ``NO_MEASUREMENTS`` when no modern decode point of
-    the family on this GPU and engine exists. ``error_band(tp, batch)`` stays the band by TP
-    and batch alone."""
+    the family on this GPU and engine exists; ``words`` says it for a reader. Read from the
+    stored tables (``case_bands``), so a lookup costs microseconds. ``error_band(tp, batch)``
+    stays the band by TP and batch alone."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a positive integer, got {tp!r}")
     if engine not in _ENGINE_WORDS:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(_ENGINE_WORDS)}")
-    _model(model)  # KeyError naming an unknown model
-    return _case_band(model, _gpu(gpu).slug, engine, tp, batch_range(batch))
+    family = model_family(model)  # KeyError naming an unknown model
+    g = resolve_gpu(gpu)
+    mtimes = tuple((data_dir() / f).stat().st_mtime for f in (CASE_BANDS_FILE, CASE_MEASURED_FILE))
+    return _case_band(family, g.slug, g.vendor, engine, tp, batch_range(batch), mtimes)
+
+
+@lru_cache(maxsize=None)
+def _case_band(family: str, gpu: str, vendor: str, engine: str, tp: int, label: str,
+               mtimes: tuple[float, float]) -> CaseBand:
+    bands, counts = _case_tables(mtimes)
+    key = (vendor, engine, family, _tp_bucket(tp), label)
+    if key not in bands:
+        raise ValueError(f"no case band for {vendor} GPUs: {CASE_BANDS_FILE} covers "
+                         f"{', '.join(sorted({k[0] for k in bands}))}")
+    r = bands[key]
+    case = dict(zip(("vendor", "engine", "family", "tp", "batch_range"), key))
+    cell = _cell_words(case, CASE_LEVELS[r.level])
+    if r.basis == "held-out":
+        scope = f"held-out points of {cell}"
+    else:
+        scope = (f"leave-one-source-out errors of {cell} ({r.held_out} held-out points of "
+                 f"{_cell_words(case, CASE_LEVELS[HELD_OUT_LEVELS - 1])})")
+    measured = counts.get((gpu, engine, family), 0)
+    if not measured:
+        scope = f"{NO_MEASUREMENTS}; {scope}"
+    return CaseBand(tp=tp, batch_range=label, scope=scope, n=int(r.n),
+                    median_abs_error=float(r.median_abs_error), low=float(r.low),
+                    high=float(r.high), gpu=gpu, engine=engine, model_family=family,
+                    vendor=vendor, basis=r.basis, measured=measured, cell=cell)
 
 
 @lru_cache(maxsize=1)
@@ -946,43 +1086,6 @@ def _decode_keys() -> pd.DataFrame:
 def _held_out() -> pd.DataFrame:
     res = validate()
     return _with_groups(res[res["role"] == "test"])
-
-
-@lru_cache(maxsize=None)
-def _case_band(model: str, gpu: str, engine: str, tp: int, label: str) -> CaseBand:
-    family = model_family(model)
-    case = {"vendor": gpu_vendor(gpu), "engine": engine, "family": family, "tp": tp,
-            "batch_range": label}
-    decode = _decode_keys()
-    measured = int(((decode["gpu"] == gpu) & (decode["engine"] == engine)
-                    & (decode["family"] == family)).sum())
-    held = _held_out()
-    chosen = None
-    for keys in CASE_LEVELS[:HELD_OUT_LEVELS]:
-        sel = _select(held, case, keys)
-        if len(sel) >= MIN_BAND_POINTS:
-            chosen = (sel, "held-out", f"held-out points of {_cell_words(case, keys)}")
-            break
-    if chosen is None:
-        few = len(_select(held, case, CASE_LEVELS[HELD_OUT_LEVELS - 1]))
-        loso = loso_results()
-        for keys in CASE_LEVELS:
-            sel = _select(loso, case, keys)
-            if len(sel) >= MIN_BAND_POINTS or not keys:
-                chosen = (sel, "leave-one-source-out",
-                          f"leave-one-source-out errors of {_cell_words(case, keys)} "
-                          f"({few} held-out points of "
-                          f"{_cell_words(case, CASE_LEVELS[HELD_OUT_LEVELS - 1])})")
-                break
-    sel, basis, scope = chosen
-    if not measured:
-        scope = f"{NO_MEASUREMENTS}; {scope}"
-    err = sel["error"]
-    return CaseBand(tp=tp, batch_range=label, scope=scope, n=len(sel),
-                    median_abs_error=round(float(err.abs().median()), 4),
-                    low=round(float(err.quantile(0.1)), 4), high=round(float(err.quantile(0.9)), 4),
-                    gpu=gpu, engine=engine, model_family=family, vendor=case["vendor"],
-                    basis=basis, measured=measured)
 
 
 def banded_batch_limit() -> int:

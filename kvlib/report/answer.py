@@ -186,7 +186,7 @@ GRID_COLUMNS = [
     "why_not", "would_fit", "max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
     "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
     "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
-    "band_scope", "band_n", "band_median", "band_low", "band_high",
+    "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
 ]
 
 
@@ -201,21 +201,23 @@ def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) ->
            "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
            "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
            "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
-    # past the largest batch with a band of its own, the band of that batch (its own borrows
-    # a wider, kinder scope): the figures are an extrapolation
-    band = point.band if point.batch <= limit else calibrate.error_band(point.n_gpus, limit)
+    # past the largest batch with a band of its own, the case's band at that batch (its own
+    # borrows a wider, kinder scope): the figures are an extrapolation
+    band = point.band if point.batch <= limit else calibrate.case_band(
+        model, point.gpu, point.engine, point.n_gpus, limit)
     if point.fits:
         low, high = band.speed_range(point.tokens_per_s)
         cost_in, cost_out_split = point.dollars_per_million_split(1.0)
         row.update(tokens_per_s=point.tokens_per_s, tokens_per_s_low=low, tokens_per_s_high=high,
                    output_cost=point.dollars_per_million(1.0), input_cost=cost_in,
                    output_cost_split=cost_out_split, band_scope=band.scope, band_n=band.n,
-                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high)
+                   band_median=band.median_abs_error, band_low=band.low, band_high=band.high,
+                   band_words=band.words)
     else:
         row.update(dict.fromkeys(("tokens_per_s", "tokens_per_s_low", "tokens_per_s_high",
                                   "output_cost", "input_cost", "output_cost_split",
                                   "band_median", "band_low", "band_high"), math.nan),
-                   band_scope="", band_n=0)
+                   band_scope="", band_n=0, band_words="")
     return row
 
 
@@ -237,8 +239,8 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
     ``lengths``) × request (input, output tokens) that fits within that max_model_len.
 
     Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
-    that of ``banded_batch_limit`` when its batch is larger) with the GPU
-    count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
+    the case's, ``calibrate.case_band``, at ``banded_batch_limit`` when its batch is larger) with
+    the GPU count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
     max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
     (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
     kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit "format".
@@ -291,7 +293,7 @@ def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, u
                gpu_name=eng.gpu.name, max_model_len=length, input_tokens=input_tokens,
                output_tokens=output_tokens, n_gpus=0, limit="format", why_not=why,
                would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
-               band_scope="", band_n=0)
+               band_scope="", band_n=0, band_words="")
     return row
 
 
@@ -537,7 +539,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
     that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
     choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
-    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``] — and
+    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``, the
+    band's basis in words (``CaseBand.words``)] — and
     into ``ttft_bands``, ``ttft`` (``calibrate.ttft_errors``) for the batch range of its batch, -1 where
     none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
     starting choice: model, weights, kv_dtype,
@@ -568,10 +571,11 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
              "output_tokens": {o: i for i, o in enumerate(outputs)}}
     columns = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
                "input_tokens", "output_tokens", "n_gpus", "limit", "why_not", "would_fit",
-               "band_scope", "band_n", "band_median", "band_low", "band_high", *PAGE_FIELDS]
+               "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
+               *PAGE_FIELDS]
     rows = []
     for (m, w, k, u, g, length, p, o, n, limit, why, fit, *band, ), numbers in zip(
-            zip(*(grid[c].tolist() for c in columns[:17])),
+            zip(*(grid[c].tolist() for c in columns[:18])),
             zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
         key = [index["model"][m], weights[m].index(w), index["kv_dtype"][k],
                index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
@@ -601,8 +605,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
         "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
         "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
         "hit_rate": hit_rate,
-        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high)]
-                  for scope, n, med, low, high in bands],
+        "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high), words]
+                  for scope, n, med, low, high, words in bands],
         "ttft_bands": [[r.batch_range, int(r.n), _sig(r.median), _sig(r.low), _sig(r.high)]
                        for r in ttft.itertuples()],
         "batch_limit": calibrate.banded_batch_limit(),

@@ -1,7 +1,8 @@
 """The ``kvlib`` command: KV bytes, what fits on a GPU, $/1M tokens, and claim rechecks.
 
-``fit`` and ``cost`` of a model also print the command that starts vLLM as they assume
-(``launch``; ``"launch_command"`` in JSON, ``kvlib.launch_command``).
+``fit`` and ``cost`` of a model also print the command that starts the engine as they assume
+(``launch``; ``"launch_command"`` in JSON, ``kvlib.launch_command``); ``--engine`` picks vLLM,
+SGLang or TensorRT-LLM, whose pool, limits, step cost and command the answers then use.
 
 Readable tables by default, ``--json`` for scripts. Exit status: 0 with the answer on stdout;
 2 with one line on stderr for bad input (an unknown model, a negative size, a context past the
@@ -28,6 +29,7 @@ EXAMPLES = """examples:
   kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
   kvlib cost --price 2.90 --tps 1000
   kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
+  kvlib cost llama-3.1-8b h100-sxm --price 2.90 --engine sglang
   kvlib slo llama-3.1-70b h100-sxm --tp 2 --weight-dtype fp8 --kv-dtype fp8 --ttft 2 --tpot 0.05
   kvlib recheck a07 a12
   kvlib models
@@ -174,12 +176,6 @@ def _memory_fraction(pool: Any) -> float:
     raise TypeError(f"unknown pool {type(pool).__name__}")
 
 
-def _vllm_only(d: Any, what: str) -> None:
-    if d.engine != "vllm":
-        raise ValueError(f"{what} is modelled on vLLM's pool and scheduler only; "
-                         f"kvlib fit --engine {d.engine} gives that engine's pool and launch command")
-
-
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..deployment import ENGINE_NAMES
     from ..engines.pools import kv_pool
@@ -209,12 +205,10 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         rows.append(("does not fit", "weights and start-up overheads leave "
                      f"{shown} GiB per GPU for the KV cache; "
                      "try a larger --tp or smaller --weight-dtype"))
-    elif d.engine == "vllm":
+    else:
         point = _serving(d, args)
         data["speed"] = _speed_data(point)
         rows += _speed_rows(point)
-    else:
-        rows.append(("speed", "modelled on vLLM's pool only (kvlib fit without --engine)"))
     data["launch_command"], data["launch_notes"] = _launch(d, fits=conc >= 1)
     rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
@@ -243,21 +237,25 @@ def _speed_data(point: Any) -> dict[str, Any]:
             "tokens_per_s": point.tokens_per_s,
             "per_user_tokens_per_s": point.per_user_tokens_per_s,
             "tokens_per_s_range": list(band.speed_range(point.tokens_per_s)),
-            "error_band": {"scope": band.scope, "points": band.n,
+            "error_band": {"basis": band.words, "scope": band.scope, "points": band.n,
+                           "errors": band.basis, "measured_like_this": band.measured,
                            "median_abs_error": band.median_abs_error, "low": band.low,
                            "high": band.high}}
 
 
 def _speed_rows(point: Any) -> list[tuple[str, str]]:
+    from ..deployment import ENGINE_NAMES
+
     band = point.band
     lo, hi = band.speed_range(point.tokens_per_s)
     return [
-        ("decode batch", f"{point.batch} requests of {point.input_tokens:,} + "
-                         f"{point.output_tokens:,} tokens (vLLM, calibrated roofline)"),
+        ("decode batch", f"{point.batch} request{'s' * (point.batch > 1)} of "
+                         f"{point.input_tokens:,} + "
+                         f"{point.output_tokens:,} tokens ({ENGINE_NAMES[point.engine]}, "
+                         "calibrated roofline)"),
         ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "
                   f"tok/s per user, first token after {point.ttft_s:,.2f} s"),
-        ("model error", f"held-out {band.scope} ({band.n} points): median {band.median_abs_error:.0%},"
-                        f" 80 % within {band.low:+.0%} … {band.high:+.0%} → "
+        ("model error", f"{band.words}; 80 % within {band.low:+.0%} … {band.high:+.0%} → "
                         f"{lo:,.0f}–{hi:,.0f} tok/s"),
     ]
 
@@ -289,20 +287,22 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
+    from ..deployment import ENGINE_NAMES
+
     d = _deployment(args)
-    _vllm_only(d, "the cost of a token")
     m = d.model
     point = _serving(d, args)
     dollars = point.dollars_per_million(args.price)
     per_input, per_output = point.dollars_per_million_split(args.price)
     lo, hi = point.band.cost_range(dollars)
-    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp,
+    data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp, "engine": d.engine,
             "dollars_per_gpu_hour": args.price, "dollars_per_hour": args.price * args.tp,
             **_speed_data(point), "dollars_per_million_tokens": dollars,
             "dollars_per_million_tokens_range": [lo, hi],
             "dollars_per_million_input_tokens": per_input,
             "dollars_per_million_output_tokens": per_output}
-    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} at ${args.price:,.2f} per GPU-hour"),
+    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} ({ENGINE_NAMES[d.engine]}) at "
+                            f"${args.price:,.2f} per GPU-hour"),
             *_speed_rows(point),
             ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
             ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
@@ -366,11 +366,11 @@ def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
 
 def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Requests/s one replica sustains within a latency target, and what that means."""
+    from ..deployment import ENGINE_NAMES
     from ..engines.workloads import random_lengths
     from ..serve import load
 
     d = _deployment(_with_defaults(args))
-    _vllm_only(d, "serving under load")
     slo = load.SLO(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile)
     output = args.output_tokens or min(1024, args.context // 2)
     if not 0 < output < args.context:
@@ -380,13 +380,17 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     cap = load.max_rate_at_slo(d, requests, slo, seed=args.seed)
     data: dict[str, Any] = {
         "model": d.model.name, "gpu": args.gpu, "n_gpus_per_replica": d.n_gpus,
+        "engine": d.engine,
         "slo": {"percentile": slo.percentile, "ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
         "requests_per_s": cap.rate_rps, "saturated_requests_per_s": cap.saturated_rps,
         "concurrent_users": cap.concurrency, "utilization": cap.utilization,
         "ttft_s_at_percentile": cap.ttft_s, "tpot_s_at_percentile": cap.tpot_s,
         "search_tolerance": cap.tolerance}
-    rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica"),
-            ("target", f"p{slo.percentile:g} TTFT ≤ {slo.ttft_s} s, TPOT ≤ {slo.tpot_s} s"),
+    rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica "
+                            f"({ENGINE_NAMES[d.engine]}"
+                            + (", scheduled as vLLM schedules)" if d.engine != "vllm" else ")")),
+            ("target", ", ".join(f"p{slo.percentile:g} {name} ≤ {bound:g} s" for name, bound in
+                                 (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if bound is not None)),
             ("within the target", f"{cap.rate_rps:,.2f} requests/s per replica "
                                   f"(saturated: {cap.saturated_rps:,.2f}), "
                                   f"{cap.concurrency:,.0f} users in flight, "
@@ -452,7 +456,8 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
     from ..deployment import ENGINES
 
     p.add_argument("--engine", choices=ENGINES, default="vllm",
-                   help="serving engine whose pool and launch command to give (default vllm)")
+                   help="serving engine whose pool, limits, step cost and launch command to "
+                        "use (default vllm)")
     p.add_argument("--util", type=float, default=None,
                    help="the engine's memory fraction: vLLM's --gpu-memory-utilization (default "
                         "0.9, the book's), SGLang's --mem-fraction-static (default: SGLang's "
@@ -463,10 +468,13 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
                         "as experts=mxfp4 (default bf16)")
     p.add_argument("--kv-dtype", default=None, help="KV dtype (default bf16)")
     p.add_argument("--max-num-seqs", type=int, default=None,
-                   help="most requests decoded together, vLLM's --max-num-seqs (default: vLLM's "
-                        "for the GPU)")
+                   help="most requests decoded together: vLLM's --max-num-seqs (default: vLLM's "
+                        "for the GPU), SGLang's --max-running-requests, TensorRT-LLM's "
+                        "max_batch_size (default: each engine's)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help="token budget of one step, vLLM's --max-num-batched-tokens (default 8192)")
+                   help="token budget of one step: vLLM's --max-num-batched-tokens (default "
+                        "8192), SGLang's --chunked-prefill-size (default: SGLang's for the GPU), "
+                        "TensorRT-LLM's max_num_tokens (default 8192)")
 
 
 def build_parser() -> argparse.ArgumentParser:

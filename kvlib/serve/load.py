@@ -5,8 +5,11 @@ target allows.
 open loop at ``request_rate`` (gamma-distributed gaps of shape ``burstiness``, vLLM's definition:
 1 is Poisson, below 1 burstier, ``inf`` evenly spaced; an infinite rate sends everything at once)
 or closed loop at ``concurrency`` (``--max-concurrency``: a new request is sent when one finishes)
-— and serves them with the engine's own scheduling (``kvlib.engines.scheduler``), the
-deployment's KV pool (``kv_pool``) and the speed model's step times (``roofline.StepTimer``).
+— and serves them with vLLM's scheduling (``kvlib.engines.scheduler``), the KV pool and limits
+of the deployment's own engine (``engine_start``: vLLM's 16-token blocks and ``max_num_seqs``,
+SGLang's 1-token pages and ``max_running_requests``, TensorRT-LLM's 32-token blocks and
+``max_batch_size``; SGLang's and TensorRT-LLM's own schedulers are not modelled) and the speed
+model's step times with that engine's step cost (``roofline.StepTimer``).
 
 ``max_rate_at_slo`` searches the highest request rate whose ``percentile`` TTFT and TPOT stay
 within an ``SLO``; Little's law turns it into users in flight (rate × mean time in system).
@@ -23,7 +26,7 @@ import pandas as pd
 from ..core.checks import integer, number, positive_integer
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import kv_pool
+from ..engines.pools import engine_start
 from ..engines.scheduler import ServingRun, simulate_serving
 from ..speed.roofline import StepTimer
 from .cost import cost_per_million_tokens
@@ -61,9 +64,10 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     """What ``vllm bench serve`` would measure for ``requests`` ((n, 2) prompt and output tokens)
     on one replica of ``deployment``: open loop at ``request_rate``, closed loop at
     ``concurrency``, or both (requests sent at the rate, at most ``concurrency`` in flight).
-    Latencies run from the moment the client sends a request."""
-    d = as_deployment(deployment, None, **deployment_keywords).resolved() if deployment_keywords \
-        else as_deployment(deployment).resolved()
+    Latencies run from the moment the client sends a request. A step carries the engine's
+    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes)."""
+    d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)
+                           if deployment_keywords else as_deployment(deployment))
     reqs = np.asarray(requests)
     if reqs.ndim != 2 or reqs.shape[1] != 2 or len(reqs) == 0:
         raise ValueError("requests must be an (n, 2) array of prompt and output tokens")
@@ -71,19 +75,28 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
         request_rate = math.inf
     sent = (arrival_times(len(reqs), request_rate, burstiness, seed) if request_rate is not None
             else np.zeros(len(reqs)))
-    seqs = d.max_num_seqs
+    start = engine_start(d)
+    seqs = start.max_running
+    if d.engine == "tensorrt-llm":  # a step carries at most max_num_tokens tokens, decodes too
+        seqs = min(seqs, start.max_batched_tokens)
     if concurrency is not None:
         seqs = min(seqs, positive_integer("concurrency", concurrency))
-    pool = kv_pool(d)
+    pool = start.pool
     if pool.num_blocks <= 0:
         raise ValueError(f"{d.model.name} on {d.tp} × {d.gpu.name}: the KV pool is empty "
                          "(the weights and start-up buffers fill the memory)")
     run = simulate_serving(reqs, sent, pool_blocks=pool.num_blocks, block_size=pool.block_size,
                            step_time=StepTimer(d), max_num_seqs=seqs,
-                           max_num_batched_tokens=d.max_num_batched_tokens)
+                           max_num_batched_tokens=start.step_tokens(seqs))
     if concurrency is None or concurrency >= len(reqs):
         return run
     return _closed_loop(run, sent, concurrency)
+
+
+def _engine_deployment(d: Deployment) -> Deployment:
+    """A vLLM deployment ``resolved()``; SGLang's and TensorRT-LLM's as given, their pools
+    reading ``None`` as those engines' own defaults."""
+    return d.resolved() if d.engine == "vllm" else d
 
 
 def _closed_loop(run: ServingRun, sent: np.ndarray, concurrency: int) -> ServingRun:
@@ -230,7 +243,7 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
     share, e.g. 0.02).
     Latency grows with the rate for a fixed seed (the gaps only scale), so the search is
     monotone; the same inputs give the same answer."""
-    d = as_deployment(deployment).resolved()
+    d = _engine_deployment(as_deployment(deployment))
     if not isinstance(slo, SLO):
         raise TypeError(f"slo must be an SLO, got {type(slo).__name__}")
     tol = number("tolerance", tolerance, positive=True, maximum=1)
@@ -289,7 +302,7 @@ def rate_sweep(deployment: Deployment | Any, requests: Any, rates: Any, *,
                burstiness: float = 1.0, seed: int = 0) -> pd.DataFrame:
     """``bench_serve`` at each request rate of ``rates`` (requests/s), one ``run_row`` each
     (column ``request_rate``)."""
-    d = as_deployment(deployment).resolved()
+    d = _engine_deployment(as_deployment(deployment))
     return pd.DataFrame([run_row(bench_serve(d, requests, request_rate=float(r),
                                              burstiness=burstiness, seed=seed),
                                  request_rate=float(r)) for r in rates])

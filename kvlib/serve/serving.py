@@ -4,20 +4,25 @@ speed, time to first token, dollars and the speed model's error out.
 ``serving_point`` for one (model, GPU, input tokens, output tokens):
 
 1. GPUs: ``n_gpus`` when given, else the smallest tensor-parallel degree in ``TP_DEGREES`` whose
-   KV pool (``capacity.kv_pool``, vLLM's arithmetic) holds one request of ``max_model_len``
-   tokens — vLLM refuses to start otherwise. ``max_model_len`` defaults to the request's input
+   KV pool holds one request of ``max_model_len`` tokens — the engine refuses to start
+   otherwise. The pool is the deployment's own engine's (``kvlib.kv_pool``: vLLM's 16-token
+   blocks, SGLang's 1-token pages, TensorRT-LLM's 32-token blocks, each with its own memory
+   fraction and defaults). ``max_model_len`` defaults to the request's input
    + output tokens and is refused past the model's own maximum, as vLLM refuses it. Degrees
    the model's heads cannot be split over, and degrees above 1 on a GPU with no sourced
    GPU-to-GPU link (GH200), are skipped. A model that fits no degree says why
    (``ServingPoint.limit`` and ``why_not``, read on the largest degree tried);
 2. requests in flight: the pool's ``max_concurrency`` (vLLM's "Maximum concurrency") at input +
-   output tokens, rounded down and capped at the engine's ``max_num_seqs`` — or the caller's
-   ``batch``, which must fit;
+   output tokens, rounded down and capped at the engine's running limit (``engine_start``:
+   vLLM ``max_num_seqs``, SGLang ``max_running_requests``, TensorRT-LLM ``max_batch_size``) —
+   or the caller's ``batch``, which must fit;
 3. speed: ``roofline.serving_steps`` at that batch — decode steps at the mean context that also
-   carry the other requests' prompts (chunked prefill): time per output token (TPOT), what one
-   user sees (1 ÷ TPOT), what the group emits (batch ÷ TPOT), and the time to first token;
-4. error: ``calibrate.error_band`` — the held-out error of the speed model at that
-   tensor-parallel degree and batch range;
+   carry the other requests' prompts (chunked prefill, at the engine's tokens per step), with
+   the engine's own step cost: time per output token (TPOT), what one user sees (1 ÷ TPOT),
+   what the group emits (batch ÷ TPOT), and the time to first token;
+4. error: ``calibrate.case_band`` — the error of the speed model on measurements like the case
+   (GPU vendor, engine, model family, tensor-parallel degree and batch range), or, where there
+   are none, the leave-one-source-out error it falls back to, saying so;
 5. dollars (``ServingPoint.dollars_per_million`` …): price × GPUs ÷ tokens per second.
 
 ``Engine`` answers many requests on one engine (model, GPU, formats, utilization), sizing each
@@ -34,13 +39,15 @@ from dataclasses import dataclass
 from ..fit import calibrate
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import Pool, check_max_model_len, kv_pool
+from ..engines.capacity import check_max_model_len
+from ..engines.pools import AnyPool, EngineStart, SGLangPool, TensorRTLLMPool, engine_start
 from .cost import cost_per_million_tokens
 from ..hardware.gpus import GPU
 from ..model.model import Model
 from ..speed.roofline import ServingSteps, serving_steps
 from ..core.checks import number, positive_integer
 from ..core.units import GIB
+from ..deployment import ENGINE_NAMES, ENGINE_VERSIONS
 
 #: Tensor-parallel degrees tried, smallest first (one 8-GPU server at most).
 TP_DEGREES = (1, 2, 4, 8)
@@ -92,16 +99,20 @@ class ServingPoint:
     the GPUs' time spent on prompts (what input tokens cost; 0 at batch 1, where no other
     request's prompt shares a decode step); prompt_s: seconds of the steps that carry one
     request's own prompt; bound: "memory" or "compute" (the
-    decode step); kv_bytes_per_gpu: the pool on each GPU; band: the held-out error of the speed
-    model at this TP and batch (``calibrate.ErrorBand``; None when it does not fit).
+    decode step); kv_bytes_per_gpu: the pool on each GPU; band: the error of the speed model on
+    measurements like this case (``calibrate.case_band``, a ``CaseBand``: its ``words`` say
+    what it rests on; None when it does not fit); gpu_memory_utilization: the engine's memory
+    fraction (SGLang's ``mem_fraction_static``, TensorRT-LLM's ``free_gpu_memory_fraction``).
 
     max_model_len: the context the engine is started with (tokens); limit: "" when it fits,
-    else one of ``LIMITS``: the weights exceed the memory vLLM may use, or the weights with the
-    start-up activation peak and buffers do, or the pool left holds less than one request of
+    else one of ``LIMITS``: the weights exceed the memory the engine may use, or the weights with
+    the start-up activation peak and buffers do, or the pool left holds less than one request of
     max_model_len tokens ("kv"), or no degree tried can split the model ("tp"). The memory
-    terms, bytes per GPU, of the degree used (or the largest one tried): budget_bytes (total ×
-    utilization), weights_bytes, startup_bytes (activation peak, non-torch memory, CUDA graphs)
-    and request_kv_bytes (one request of max_model_len tokens); tried_gpus: that degree.
+    terms, bytes per GPU, of the degree used (or the largest one tried): budget_bytes (vLLM:
+    total × utilization; SGLang: the free memory × mem_fraction_static; TensorRT-LLM: the
+    total), weights_bytes, startup_bytes (activation peak, non-torch memory, CUDA graphs; 0 for
+    SGLang, which keeps them outside its fraction) and request_kv_bytes (one request of
+    max_model_len tokens); tried_gpus: that degree.
     """
 
     model: str
@@ -125,7 +136,7 @@ class ServingPoint:
     prompt_s: float
     bound: str
     kv_bytes_per_gpu: int
-    band: calibrate.ErrorBand | None
+    band: calibrate.CaseBand | None
     max_model_len: int
     limit: str
     tried_gpus: int
@@ -151,8 +162,7 @@ class ServingPoint:
         if self.limit == "tp":
             return f"no GPU count tried can split {self.model_name} over {self.gpu_name} GPUs"
         on = "on one GPU" if self.tried_gpus == 1 else f"per GPU on {self.tried_gpus} GPUs"
-        usable = (f"the {_gib(self.budget_bytes)} vLLM may use at gpu_memory_utilization "
-                  f"{self.gpu_memory_utilization:g}")
+        usable = _usable(self.engine, self.budget_bytes, self.gpu_memory_utilization)
         if self.limit == "weights":
             return f"the weights alone, {_gib(self.weights_bytes)} {on}, exceed {usable}"
         if self.limit == "activation":
@@ -189,13 +199,44 @@ class ServingPoint:
                 cost_per_million_tokens(hourly * (1 - share), self.tokens_per_s))
 
 
+def _usable(engine: str, budget_bytes: int, fraction: float) -> str:
+    """The memory an engine may use, in words."""
+    if engine == "sglang":
+        return (f"the {_gib(budget_bytes)} SGLang keeps for weights and KV cache at "
+                f"mem_fraction_static {fraction:g}")
+    if engine == "tensorrt-llm":
+        return f"the GPU's {_gib(budget_bytes)}"
+    return f"the {_gib(budget_bytes)} vLLM may use at gpu_memory_utilization {fraction:g}"
+
+
+def _memory_terms(pool: AnyPool, max_model_len: int) -> dict[str, int]:
+    """``ServingPoint``'s memory terms of one engine's pool (bytes per GPU)."""
+    if isinstance(pool, SGLangPool):
+        kv = (pool.pages_per_request(max_model_len) * pool.page_size * pool.cell_bytes
+              + pool.state_bytes_per_request)
+        return dict(budget_bytes=pool.free_before_weights_bytes - pool.reserve_bytes,
+                    weights_bytes=pool.weights_bytes_per_gpu, startup_bytes=0,
+                    request_kv_bytes=kv)
+    if isinstance(pool, TensorRTLLMPool):
+        return dict(budget_bytes=pool.total_memory_bytes,
+                    weights_bytes=pool.weights_bytes_per_gpu,
+                    startup_bytes=pool.activation_peak_bytes + pool.non_torch_bytes,
+                    request_kv_bytes=(pool.blocks_per_request(max_model_len)
+                                      * pool.tokens_per_block * pool.bytes_per_token))
+    return dict(budget_bytes=pool.budget_bytes, weights_bytes=pool.weights_bytes_per_gpu,
+                startup_bytes=(pool.activation_peak_bytes + pool.non_torch_bytes
+                               + pool.cuda_graph_bytes),
+                request_kv_bytes=(pool.blocks_per_request(max_model_len) * pool.block_bytes
+                                  if pool.groups else 0))
+
+
 def _positive(name: str, value: object) -> int:
     return positive_integer(name, value)
 
 
-def _limit(pool: Pool) -> str:
+def _limit(pool: AnyPool, terms: dict[str, int]) -> str:
     """What stops a pool that holds no request (``ServingPoint.limit``)."""
-    if pool.weights_bytes_per_gpu > pool.budget_bytes:
+    if terms["weights_bytes"] > terms["budget_bytes"]:
         return "weights"
     return "activation" if pool.available_kv_bytes <= 0 else "kv"
 
@@ -205,7 +246,10 @@ class Engine:
     (the deployment's own ``tp`` is replaced by each degree tried) and with the deployment's
     ``max_model_len`` unless a request names one. Each degree's KV pool, and each (degree,
     batch, lengths) speed, is computed once and shared by every request asked of it (a grid of
-    lengths and ``max_model_len`` values costs one pool per degree).
+    lengths and ``max_model_len`` values costs one pool per degree; SGLang's, whose running
+    limit depends on ``max_model_len``, one per degree and length). A vLLM deployment is
+    ``resolved()``; SGLang's and TensorRT-LLM's keep their ``None`` fields, which their pools
+    read as those engines' own defaults.
 
     deployment: a ``Deployment``, or a model and GPU with its keywords (``weight_dtype``,
     ``kv_dtype``, ``gpu_memory_utilization``, ``engine``, ``efficiency``, …).
@@ -217,40 +261,52 @@ class Engine:
                 or not tp_degrees:
             raise ValueError(f"tp_degrees / n_gpus must be positive integers, got {tp_degrees!r}")
         tp_degrees = tuple(positive_integer("tp_degrees / n_gpus", d) for d in tp_degrees)
-        self.deployment = as_deployment(deployment, gpu, **deployment_keywords).resolved()
+        given = as_deployment(deployment, gpu, **deployment_keywords)
+        self.deployment = given.resolved() if given.engine == "vllm" else given.with_(
+            engine_version=given.engine_version or ENGINE_VERSIONS[given.engine])
         d = self.deployment
         self.model, self.slug, self.gpu = d.model, d.slug, d.gpu
         self.tp_degrees = tuple(sorted(tp_degrees))
         self._base = dict(model=d.slug, model_name=d.model.name, gpu=d.gpu.slug,
                           gpu_name=d.gpu.name, weight_format=d.weights.label, kv_dtype=d.kv_name,
-                          gpu_memory_utilization=d.gpu_memory_utilization, engine=d.engine)
-        self._pools: dict[int, Pool] = {}
+                          engine=d.engine)
+        self._starts: dict[tuple[int, int | None], EngineStart] = {}
         self._steps: dict[tuple[int, int, int, int],
-                          tuple[ServingSteps, calibrate.ErrorBand]] = {}
+                          tuple[ServingSteps, calibrate.CaseBand]] = {}
         self._runs: dict[int, bool] = {}
 
     def runs_on(self, tp: int) -> bool:
-        """Whether vLLM would run this model on ``tp`` of these GPUs (the heads split, and a
-        GPU-to-GPU link is sourced when tp > 1)."""
+        """Whether the engine would run this model on ``tp`` of these GPUs (the heads split, and
+        a GPU-to-GPU link is sourced when tp > 1)."""
         if tp not in self._runs:
             self._runs[tp] = (self.model.supports_tp(tp)
                               and not (tp > 1 and self.gpu.link_bytes_per_s is None))
         return self._runs[tp]
 
-    def pool(self, tp: int) -> Pool:
-        """The KV pool on ``tp`` GPUs (``capacity.kv_pool``), sized once."""
-        if tp not in self._pools:
-            self._pools[tp] = kv_pool(self.deployment.with_(tp=tp))
-        return self._pools[tp]
+    def start(self, tp: int, max_model_len: int | None = None) -> EngineStart:
+        """The engine on ``tp`` GPUs started with ``max_model_len`` (None: the deployment's):
+        its pool and limits (``engine_start``), sized once."""
+        length = max_model_len or self.deployment.max_model_len
+        key = (tp, length if self.deployment.engine == "sglang" else None)
+        if key not in self._starts:
+            self._starts[key] = engine_start(self.deployment.with_(tp=tp, max_model_len=length))
+        return self._starts[key]
 
-    def _serving_steps(self, tp: int, batch: int, input_tokens: int,
-                       output_tokens: int) -> tuple[ServingSteps, calibrate.ErrorBand]:
+    def pool(self, tp: int) -> AnyPool:
+        """The KV pool on ``tp`` GPUs (``kvlib.kv_pool``), sized once."""
+        return self.start(tp).pool
+
+    def _serving_steps(self, start: EngineStart, batch: int, input_tokens: int,
+                       output_tokens: int) -> tuple[ServingSteps, calibrate.CaseBand]:
+        tp = start.pool.n_gpus
         key = (tp, batch, input_tokens, output_tokens)
         if key not in self._steps:
-            self._steps[key] = (serving_steps(self.deployment.with_(tp=tp), batch=batch,
+            d = self.deployment
+            self._steps[key] = (serving_steps(d.with_(tp=tp), batch=batch,
                                               input_tokens=input_tokens,
-                                              output_tokens=output_tokens),
-                                calibrate.error_band(tp, batch))
+                                              output_tokens=output_tokens,
+                                              max_batched_tokens=start.step_tokens(batch)),
+                                calibrate.case_band(self.model, self.gpu, d.engine, tp, batch))
         return self._steps[key]
 
     def point(self, input_tokens: int, output_tokens: int, *, max_model_len: int | None = None,
@@ -272,37 +328,38 @@ class Engine:
                                                                    max_model_len)
         if limit_len < context:
             raise ValueError(f"requests of {context:,} tokens exceed max_model_len "
-                             f"{limit_len:,}: vLLM refuses them")
+                             f"{limit_len:,}: {ENGINE_NAMES[self.deployment.engine]} refuses them")
         check_max_model_len(self.model, limit_len, self.deployment.allow_long_max_model_len)
         tried = [tp for tp in (self.tp_degrees if n_gpus is None else (n_gpus,))
                  if self.runs_on(tp)]
-        pool = next((self.pool(tp) for tp in tried
-                     if self.pool(tp).max_concurrency(limit_len) >= 1), None)
-        shown = pool or (self.pool(tried[-1]) if tried else None)
+        start = next((self.start(tp, limit_len) for tp in tried
+                      if self.start(tp, limit_len).pool.max_concurrency(limit_len) >= 1), None)
+        shown = start or (self.start(tried[-1], limit_len) if tried else None)
+        memory = (_memory_terms(shown.pool, limit_len) if shown
+                  else dict.fromkeys(("budget_bytes", "weights_bytes", "startup_bytes",
+                                      "request_kv_bytes"), 0))
+        fraction = (shown.memory_fraction if shown
+                    else float(self.deployment.gpu_memory_utilization or 0.0))
         terms = dict(self._base, input_tokens=input_tokens, output_tokens=output_tokens,
-                     max_model_len=limit_len, tried_gpus=shown.n_gpus if shown else 0,
-                     budget_bytes=shown.budget_bytes if shown else 0,
-                     weights_bytes=shown.weights_bytes_per_gpu if shown else 0,
-                     startup_bytes=(shown.activation_peak_bytes + shown.non_torch_bytes
-                                    + shown.cuda_graph_bytes) if shown else 0,
-                     request_kv_bytes=(shown.blocks_per_request(limit_len) * shown.block_bytes
-                                       if shown and shown.groups else 0),
-                     kv_bytes_per_gpu=shown.kv_bytes_per_gpu if shown else 0)
-        if pool is None:
+                     max_model_len=limit_len, tried_gpus=shown.pool.n_gpus if shown else 0,
+                     gpu_memory_utilization=fraction, **memory,
+                     kv_bytes_per_gpu=shown.pool.kv_bytes_per_gpu if shown else 0)
+        if start is None:
             point = ServingPoint(**terms, n_gpus=0, max_concurrency=0.0, batch=0, tpot_s=0.0,
                                  ttft_s=0.0, tokens_per_s=0.0, per_user_tokens_per_s=0.0,
                                  prefill_time_share=0.0, prompt_s=0.0, bound="", band=None,
-                                 limit=_limit(shown) if shown else "tp")
+                                 limit=_limit(shown.pool, memory) if shown else "tp")
             if n_gpus is not None:
                 raise DoesNotFit(self.slug, self.gpu.slug, limit_len, (n_gpus,),
                                  point.why_not())
             return point
+        pool = start.pool
         concurrency = pool.max_concurrency(context)
-        held = min(math.floor(concurrency), pool.max_num_seqs)
+        held = min(math.floor(concurrency), start.max_running)
         if batch is not None and batch > held:
-            raise BatchTooLarge(batch, min(concurrency, pool.max_num_seqs))
+            raise BatchTooLarge(batch, min(concurrency, start.max_running))
         running = held if batch is None else batch
-        steps, band = self._serving_steps(pool.n_gpus, running, input_tokens, output_tokens)
+        steps, band = self._serving_steps(start, running, input_tokens, output_tokens)
         return ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
                             batch=running, tpot_s=steps.tpot_s, ttft_s=steps.ttft_s,
                             tokens_per_s=steps.tokens_per_s,
@@ -350,7 +407,7 @@ def batch_sweep(model: str, gpus: Sequence[str], contexts: Sequence[int], *, out
     """``serving_point`` at every power-of-two batch 1 … 1,024 and at the pool's ceiling, per GPU
     and context (prompt = context − ``output_tokens``), on ``n_gpus`` GPUs: one dict per point
     with gpu, context ("8,192 tokens"), batch, n_gpus, tokens_per_s, per_user_tokens_per_s and
-    band_low / band_high (the speed model's held-out band at that batch, ``ErrorBand.low`` /
+    band_low / band_high (the speed model's band for the case at that batch, ``CaseBand.low`` /
     ``high``: a rate spans rate·(1 + low) … rate·(1 + high)). A batch past the ceiling is left
     out; a context the pool holds no request of ends that GPU's sweep for it; the ceiling is
     not repeated when it is a power of two already drawn."""
