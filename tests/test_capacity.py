@@ -12,7 +12,7 @@ import kvlib
 from kvlib.engines import capacity
 from kvlib import deployment
 from kvlib.fit import validation
-from kvlib.engines.capacity import NO_OVERHEADS, VLLM, cache_groups, kv_pool
+from kvlib.engines.capacity import NO_OVERHEADS, VLLM, NoKVMemory, cache_groups, kv_pool
 from kvlib.core.units import GIB, KIB, MIB
 
 
@@ -64,8 +64,12 @@ def test_tensor_parallel_shards_weights_and_kv_heads():
 
 
 def test_bf16_70b_does_not_fit_two_h100s_with_vllm_overheads():
-    p = kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
-    assert p.available_kv_bytes < 0 and p.tokens == 0 and p.max_concurrency(8192) == 0
+    # 70.6 B params × 2 B / 2 GPUs = 65.7 GiB of weights + activations + 0.75 + 2.71 GiB
+    # non-torch (NVLink TP) > 0.9 × 79.22 = 71.30 GiB: a one-line refusal naming every term
+    with pytest.raises(NoKVMemory, match=r"weights 6\d\.\d\d GiB \+ activations .* non-torch "
+                       r"3\.46 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 GiB") as err:
+        kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
+    assert err.value.pool.available_kv_bytes < 0 and isinstance(err.value, ValueError)
     assert kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, weight_dtype="fp8").tokens > 150_000
 
 
@@ -111,7 +115,8 @@ def test_tokens_fall_as_weights_grow(slug):
 
 
 def test_tokens_fall_as_tp_shrinks():
-    tokens = [kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=n).tokens for n in (8, 4, 2)]
+    tokens = [kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=n, weight_dtype="fp8").tokens
+              for n in (8, 4, 2)]
     assert tokens[0] > tokens[1] > tokens[2]
 
 

@@ -23,7 +23,7 @@ import pandas as pd
 from ..core.checks import integer, number, positive_integer
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import kv_pool
+from ..engines.capacity import NoKVMemory, kv_pool
 from ..engines.scheduler import ServingRun, simulate_serving
 from ..speed.roofline import StepTimer
 from .cost import cost_per_million_tokens
@@ -74,7 +74,11 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     seqs = d.max_num_seqs
     if concurrency is not None:
         seqs = min(seqs, positive_integer("concurrency", concurrency))
-    pool = kv_pool(d)
+    try:
+        pool = kv_pool(d)
+    except NoKVMemory as refused:
+        raise ValueError(f"{d.model.name} on {d.tp} × {d.gpu.name}: the KV pool is empty "
+                         f"({refused.terms})") from None
     if pool.num_blocks <= 0:
         raise ValueError(f"{d.model.name} on {d.tp} × {d.gpu.name}: the KV pool is empty "
                          "(the weights and start-up buffers fill the memory)")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ..fit import calibrate
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import Pool, check_max_model_len, kv_pool
+from ..engines.capacity import NoKVMemory, Pool, check_max_model_len, kv_pool
 from .cost import cost_per_million_tokens
 from ..hardware.gpus import GPU
 from ..model.model import Model
@@ -238,9 +238,13 @@ class Engine:
         return self._runs[tp]
 
     def pool(self, tp: int) -> Pool:
-        """The KV pool on ``tp`` GPUs (``capacity.kv_pool``), sized once."""
+        """The KV pool on ``tp`` GPUs (``capacity.kv_pool``), sized once; where nothing is left
+        for the KV cache, the refused pool's terms (no blocks: it holds no request)."""
         if tp not in self._pools:
-            self._pools[tp] = kv_pool(self.deployment.with_(tp=tp))
+            try:
+                self._pools[tp] = kv_pool(self.deployment.with_(tp=tp))
+            except NoKVMemory as refused:
+                self._pools[tp] = refused.pool
         return self._pools[tp]
 
     def _serving_steps(self, tp: int, batch: int, input_tokens: int,
