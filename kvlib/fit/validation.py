@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..engines import capacity
-from ..engines.capacity import (NO_OVERHEADS, TP_LINKS, VLLM, Overheads, Pool, kv_pool,
-                                pool_arithmetic, tp_link)
+from ..engines.capacity import (NO_OVERHEADS, TP_LINKS, VLLM, Overheads, Pool, pool_arithmetic, tp_link)
 from ..engines import pools
 from ..engines.sglang import SGLangPool
-from ..deployment import ENGINE_VERSIONS, Deployment
+from ..deployment import Deployment
 from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
 from ..model.weights import params_for
@@ -359,7 +358,7 @@ def pool_error_by_group() -> pd.DataFrame:
     (``LINK_NAMES``): one row per group with ``logs`` (how many), ``median_abs_error`` and
     ``max_abs_error`` (|predicted ÷ logged − 1| of the "full" check: the pool from the log's
     settings; SGLang and TensorRT-LLM: KV tokens, by ``ENGINE_VERSIONS``' rules) and the log
-    ids; a vLLM group with no log gets ``logs`` 0 and no error.
+    ids; a vLLM group with no log, and an engine with none, gets ``logs`` 0 and no error.
     """
     logs = engine_logs()
     vllm = memory_validation()
@@ -394,5 +393,9 @@ def pool_error_by_group() -> pd.DataFrame:
                 out.append({"engine": "vllm", "version": version, "interconnect": link,
                             "logs": 0, "median_abs_error": None, "max_abs_error": None,
                             "ids": ""})
+    for engine in ("sglang", "tensorrt-llm"):
+        if not (found["engine"] == engine).any():
+            out.append({"engine": engine, "version": "any", "interconnect": "any", "logs": 0,
+                        "median_abs_error": None, "max_abs_error": None, "ids": ""})
     return pd.DataFrame(out).sort_values(["engine", "version", "interconnect"],
                                          ignore_index=True)
