@@ -61,7 +61,9 @@ class Overheads:
     non_torch_tp_pcie_bytes: added instead over PCIe, where vLLM allocates no custom
     all-reduce beyond a P2P pair (``tp_link``); cuda_graph_bytes: CUDA-graph memory subtracted
     before sizing (vLLM before 0.21: 0, graphs are captured after the pool, in the
-    1 − utilization headroom; ``data/vllm_memory_rules.csv``).
+    1 − utilization headroom; from 0.21 vLLM subtracts an estimate that kvlib does not size —
+    no log it predicts prints one — so a pool for those releases is high by it;
+    ``data/vllm_memory_rules.csv``).
     """
 
     name: str

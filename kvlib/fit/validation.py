@@ -19,7 +19,7 @@ from ..engines import capacity
 from ..engines.capacity import (NO_OVERHEADS, TP_LINKS, VLLM, Overheads, Pool, pool_arithmetic, tp_link)
 from ..engines import pools
 from ..engines.sglang import SGLangPool
-from ..deployment import Deployment
+from ..deployment import Deployment, vllm_release
 from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
 from ..model.weights import params_for
@@ -39,7 +39,8 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
     """The pool kvlib predicts for one start-up log of ``data/engine_logs.csv``.
 
     Uses the log's model, GPU (its logged CUDA total when printed), tensor-parallel degree,
-    utilization, profiled batch and sampled rows; with ``use_logged_weights`` the logged
+    utilization (else the default of the vLLM release it prints, else the book's 0.9: every
+    unversioned log predates v0.21), profiled batch and sampled rows; with ``use_logged_weights`` the logged
     "Model loading took" replaces the computed weights (isolating the overhead terms). A log
     whose engine could not start (el06 prints −2.14 GiB) keeps its terms: the pool of the
     ``NoKVMemory`` kvlib raises for it.
@@ -57,9 +58,10 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
         gpu = replace(gpu, memory_bytes_runtime=round(total * GIB))
     weights = _num(row["model_weights_gib"]) if use_logged_weights else None
     kv_dtype = row["kv_cache_dtype"] or "bf16"
+    release = row["engine_version"] if vllm_release(row["engine_version"]) else None
     d = Deployment(row["model_slug"], gpu, tp=int(row["tp"] or row["n_gpus"] or 1),
-                   weights=row["weight_format"] or "bf16", kv=kv_dtype,
-                   gpu_memory_utilization=float(row["gpu_memory_utilization"] or 0.9),
+                   weights=row["weight_format"] or "bf16", kv=kv_dtype, engine_version=release,
+                   gpu_memory_utilization=_num(row["gpu_memory_utilization"]),
                    max_num_batched_tokens=int(row["max_num_batched_tokens"] or 8192),
                    max_num_seqs=int(row["max_num_seqs"]) if row["max_num_seqs"] else None)
     return pool_arithmetic(d, overheads=overheads,
