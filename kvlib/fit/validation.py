@@ -397,7 +397,7 @@ def pool_error_by_group() -> pd.DataFrame:
                             "ids": ""})
     for engine in ("sglang", "tensorrt-llm"):
         if not (found["engine"] == engine).any():
-            out.append({"engine": engine, "version": "any", "interconnect": "any", "logs": 0,
+            out.append({"engine": engine, "version": "", "interconnect": "", "logs": 0,
                         "median_abs_error": None, "max_abs_error": None, "ids": ""})
     return pd.DataFrame(out).sort_values(["engine", "version", "interconnect"],
                                          ignore_index=True)
