@@ -26,7 +26,7 @@ from .deployment import Deployment, Speculative
 from .engines.allocator import (ALLOCATORS, POLICIES, BlockAllocator, BuddyAllocator,
                                 ContiguousAllocator, OutOfBlocksError, SimResult,
                                 prefix_reuse_lost, reserved_tokens, simulate)
-from .engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool
+from .engines.capacity import NO_OVERHEADS, VLLM, NoKVMemory, Overheads, Pool, pool_arithmetic
 from .engines.launch import LaunchCommand, launch_command
 from .engines.pools import engine_comparison, kv_pool
 from .engines.prefix import BlockTrace, PrefixReplay, replay_prefix_cache
@@ -55,7 +55,8 @@ __all__ = [
     "Deployment", "Speculative",
     "ALLOCATORS", "POLICIES", "BlockAllocator", "BuddyAllocator", "ContiguousAllocator",
     "OutOfBlocksError", "SimResult", "prefix_reuse_lost", "reserved_tokens", "simulate",
-    "NO_OVERHEADS", "VLLM", "Overheads", "Pool", "kv_pool", "engine_comparison",
+    "NO_OVERHEADS", "VLLM", "NoKVMemory", "Overheads", "Pool", "kv_pool", "pool_arithmetic",
+    "engine_comparison",
     "LaunchCommand", "launch_command",
     "BlockTrace", "PrefixReplay", "replay_prefix_cache", "ServingRun", "simulate_serving",
     "CALIBRATED", "DATASHEET", "Efficiency", "Step", "critical_batch", "decode_step",

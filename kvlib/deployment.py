@@ -10,11 +10,15 @@ Above ``model`` and ``hardware``, below ``engines``: it imports only those two l
 """
 from __future__ import annotations
 
+import csv
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
 from typing import Any
 
 from .core.checks import number, positive_integer
+from .core.data import csv_path
 from .core.units import GIB
 from .hardware.gpus import GPU, resolve_gpu
 from .model.formats import KVFormat, WeightFormat, kv_format, weight_format
@@ -31,8 +35,10 @@ VLLM_VERSION = "0.33.0"
 #: pinned one, SGLang's wheel read for its pool, TensorRT-LLM's source commit read for its pool.
 ENGINE_VERSIONS = {"vllm": VLLM_VERSION, "sglang": "0.5.23", "tensorrt-llm": "d8ae02caed59"}
 
-#: The ``gpu_memory_utilization`` the book's figures use when none is given: vLLM's default
-#: until vLLM PR #38284 (2026) raised it to ``VLLM_DEFAULT_UTILIZATION``.
+#: The ``gpu_memory_utilization`` the book's figures use when neither it nor ``engine_version``
+#: is given: vLLM's default before 0.21, under which every calibration log was taken (and the
+#: source article's number). A deployment that names its vLLM release gets that release's
+#: default instead (``vllm_memory_rules``): 0.92 from 0.21 on (vLLM PR #38284).
 BOOK_UTILIZATION = 0.9
 VLLM_DEFAULT_UTILIZATION = 0.92
 #: vLLM's default tokens per KV block (``CacheConfig.block_size``) for attention layers.
@@ -40,6 +46,55 @@ DEFAULT_BLOCK_SIZE = 16
 #: The profiled forward pass (and the prefill chunk) the book's figures use when none is given:
 #: vLLM's OpenAI-server default on the large GPUs (``default_max_num_batched_tokens``).
 BOOK_MAX_NUM_BATCHED_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class VLLMMemoryRules:
+    """The memory rules of a range of vLLM releases (one row of ``data/vllm_memory_rules.csv``):
+    since/until: first release with them and first without ("" = open); the default
+    ``gpu_memory_utilization``; whether the CUDA-graph estimate is subtracted before the KV
+    cache is sized; the activation profile and tensor-parallel buffers, in words; source."""
+
+    since: str
+    until: str
+    default_gpu_memory_utilization: float
+    cuda_graphs_in_profile: bool
+    activation_profile: str
+    tp_buffers: str
+    source: str
+
+
+def vllm_release(version: str) -> tuple[int, ...] | None:
+    """(major, minor, patch) of a version string as logs print it ("0.15.2rc1.dev93+g11a…",
+    "v0.2.x", "0.5.4 (docker)"); None when it names no release ("main, 2024-12-13")."""
+    found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not found:
+        return None
+    return tuple(int(x) for x in found.groups() if x is not None)
+
+
+@lru_cache(maxsize=1)
+def _rules() -> tuple[VLLMMemoryRules, ...]:
+    with open(csv_path("vllm_memory_rules.csv"), newline="", encoding="utf-8") as f:
+        return tuple(VLLMMemoryRules(
+            since=r["since_version"], until=r["until_version"],
+            default_gpu_memory_utilization=float(r["default_gpu_memory_utilization"]),
+            cuda_graphs_in_profile=r["cuda_graphs_in_profile"] == "true",
+            activation_profile=r["activation_profile"], tp_buffers=r["tp_buffers"],
+            source=r["source_url"]) for r in csv.DictReader(f))
+
+
+def vllm_memory_rules(version: str) -> VLLMMemoryRules:
+    """The rules of vLLM ``version`` ("0.19.0", "0.33.0"). ValueError for a string that names
+    no release."""
+    release = vllm_release(version)
+    if release is None:
+        raise ValueError(f"vLLM version {version!r} names no release (give e.g. '0.19.0')")
+    for rules in _rules():
+        if ((not rules.since or release >= vllm_release(rules.since))
+                and (not rules.until or release < vllm_release(rules.until))):
+            return rules
+    raise ValueError(f"no vLLM memory rules cover version {version!r}")
 
 
 def default_max_num_seqs(gpu: GPU) -> int:
@@ -170,11 +225,13 @@ class Deployment:
     kv: KVFormat | str = "bf16"
     #: The serving engine, one of ``ENGINES``.
     engine: str = "vllm"
-    #: The engine release where behaviour depends on it; None: ``ENGINE_VERSIONS[engine]``.
+    #: The engine release where behaviour depends on it; None: ``ENGINE_VERSIONS[engine]``
+    #: (for vLLM with the book's utilization, ``BOOK_UTILIZATION``).
     engine_version: str | None = None
     #: The engine's memory fraction, (0, 1]: vLLM's ``--gpu-memory-utilization``, SGLang's
     #: ``--mem-fraction-static``, TensorRT-LLM's ``free_gpu_memory_fraction``; None: vLLM
-    #: ``BOOK_UTILIZATION`` (``resolved``), SGLang and TensorRT-LLM their own defaults
+    #: the named release's default, or ``BOOK_UTILIZATION`` when no release is named
+    #: (``resolved``), SGLang and TensorRT-LLM their own defaults
     #: (``kvlib.engines.sglang`` / ``kvlib.engines.tensorrt_llm``, which read the unresolved field).
     gpu_memory_utilization: float | None = None
     #: The context the engine is started with (tokens); None: the request's own length.
@@ -209,6 +266,8 @@ class Deployment:
         object.__setattr__(self, "kv", kv_format(self.kv))
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
+        if self.engine == "vllm" and self.engine_version is not None:
+            vllm_memory_rules(self.engine_version)  # a release the rules cover
         if self.gpu_memory_utilization is not None and not (
                 0 < number("gpu_memory_utilization", self.gpu_memory_utilization) <= 1):
             raise ValueError("gpu_memory_utilization must be in (0, 1], "
@@ -236,10 +295,15 @@ class Deployment:
         """The same deployment with every engine default filled in (``None`` → a value), except
         ``max_model_len``, whose default is the request's own length."""
         g = self.gpu
+        if self.gpu_memory_utilization is not None:
+            util = float(self.gpu_memory_utilization)
+        elif self.engine == "vllm" and self.engine_version is not None:
+            util = vllm_memory_rules(self.engine_version).default_gpu_memory_utilization
+        else:
+            util = BOOK_UTILIZATION
         return self.with_(
             engine_version=self.engine_version or ENGINE_VERSIONS[self.engine],
-            gpu_memory_utilization=(BOOK_UTILIZATION if self.gpu_memory_utilization is None
-                                    else float(self.gpu_memory_utilization)),
+            gpu_memory_utilization=util,
             max_num_seqs=(default_max_num_seqs(g) if self.max_num_seqs is None
                           else self.max_num_seqs),
             max_num_batched_tokens=(BOOK_MAX_NUM_BATCHED_TOKENS if self.max_num_batched_tokens

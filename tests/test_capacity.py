@@ -12,7 +12,7 @@ import kvlib
 from kvlib.engines import capacity
 from kvlib import deployment
 from kvlib.fit import validation
-from kvlib.engines.capacity import NO_OVERHEADS, VLLM, cache_groups, kv_pool
+from kvlib.engines.capacity import NO_OVERHEADS, VLLM, NoKVMemory, cache_groups, kv_pool
 from kvlib.core.units import GIB, KIB, MIB
 
 
@@ -64,8 +64,12 @@ def test_tensor_parallel_shards_weights_and_kv_heads():
 
 
 def test_bf16_70b_does_not_fit_two_h100s_with_vllm_overheads():
-    p = kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
-    assert p.available_kv_bytes < 0 and p.tokens == 0 and p.max_concurrency(8192) == 0
+    # 70.6 B params × 2 B / 2 GPUs = 65.7 GiB of weights + activations + 0.75 + 2.71 GiB
+    # non-torch (NVLink TP) > 0.9 × 79.22 = 71.30 GiB: a one-line refusal naming every term
+    with pytest.raises(NoKVMemory, match=r"weights 6\d\.\d\d GiB \+ activations .* non-torch "
+                       r"3\.46 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 GiB") as err:
+        kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
+    assert err.value.pool.available_kv_bytes < 0 and isinstance(err.value, ValueError)
     assert kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, weight_dtype="fp8").tokens > 150_000
 
 
@@ -111,7 +115,8 @@ def test_tokens_fall_as_weights_grow(slug):
 
 
 def test_tokens_fall_as_tp_shrinks():
-    tokens = [kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=n).tokens for n in (8, 4, 2)]
+    tokens = [kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=n, weight_dtype="fp8").tokens
+              for n in (8, 4, 2)]
     assert tokens[0] > tokens[1] > tokens[2]
 
 
@@ -211,3 +216,73 @@ def test_max_model_len_past_the_model_is_refused_unless_allowed():
     assert pool == kv_pool("llama-3.1-8b", "h100-sxm", max_model_len=131_072)
     # a context of 10⁴⁰ tokens needs ⌈10⁴⁰ / 16⌉ blocks: integer arithmetic, no float overflow
     assert pool.blocks_per_request(10**40) == 10**40 // 16
+
+
+def test_vllm_memory_rules_by_version():
+    # vLLM PR #38284 (for v0.21): the CUDA-graph estimate counted by default and the default
+    # utilization raised 0.9 → 0.92 to compensate; every release before keeps 0.9, graphs outside
+    r19, r33 = deployment.vllm_memory_rules("0.19.0"), deployment.vllm_memory_rules("0.33.0")
+    assert (r19.default_gpu_memory_utilization, r19.cuda_graphs_in_profile) == (0.9, False)
+    assert (r33.default_gpu_memory_utilization, r33.cuda_graphs_in_profile) == (0.92, True)
+    assert deployment.vllm_memory_rules("0.21.0") == r33
+    assert deployment.vllm_memory_rules("0.20.2rc1.dev5+gabc") == r19
+    assert deployment.vllm_release("0.15.2rc1.dev93+g11a4c9d30") == (0, 15, 2)
+    assert deployment.vllm_release("main, 2024-12-13 (v0 worker)") is None
+    with pytest.raises(ValueError, match="names no release"):
+        deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="nightly")
+
+
+def test_one_default_utilization_per_version_and_the_books_own():
+    book = kv_pool("llama-3.1-8b", "h100-sxm")  # no version named: the book's 0.9
+    v33 = kv_pool(deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.33.0"))
+    v19 = kv_pool(deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.19.0"))
+    assert (book.gpu_memory_utilization, v19.gpu_memory_utilization,
+            v33.gpu_memory_utilization) == (0.9, 0.9, 0.92)
+    assert v19.tokens == book.tokens
+    # 0.02 × 79.22 GiB (the H100's CUDA total) = 1.58 GiB more budget at 0.92
+    assert v33.budget_bytes - book.budget_bytes == pytest.approx(0.02 * 79.22 * GIB, rel=1e-3)
+    given = deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.33.0",
+                                  gpu_memory_utilization=0.9)
+    assert kv_pool(given).tokens == book.tokens  # a given utilization wins over the default
+
+
+def test_the_pinned_wheels_own_defaults_match_its_rules():
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("vllm")  # finds the wheel without importing it (19 s)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vLLM is not installed")
+    root = Path(list(spec.submodule_search_locations)[0])
+    cache = (root / "config" / "cache.py").read_text()
+    envs = (root / "envs.py").read_text()
+    default = float(re.search(r"gpu_memory_utilization: float = Field\(default=([0-9.]+)",
+                              cache).group(1))
+    graphs = re.search(r'"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "([01])"', envs).group(1)
+    rules = deployment.vllm_memory_rules(deployment.VLLM_VERSION)
+    assert (default, graphs == "1") == (rules.default_gpu_memory_utilization,
+                                        rules.cuda_graphs_in_profile)
+
+
+def test_tp_add_on_depends_on_the_interconnect():
+    h100, l40s, nvl = (kvlib.load_gpu(s) for s in ("h100-sxm", "l40s", "h100-nvl"))
+    assert capacity.tp_link(h100, 1) is None and capacity.tp_link(h100, 8) == "nvlink"
+    assert capacity.tp_link(l40s, 2) == capacity.tp_link(l40s, 8) == "pcie"
+    assert capacity.tp_link(nvl, 2) == "nvlink" and capacity.tp_link(nvl, 4) == "pcie"
+    # NVLink adds the fitted 2.71 GiB to the 0.75 GiB base; PCIe adds nothing
+    assert VLLM.non_torch_for(h100, 2) == round(0.75 * GIB) + round(2.71 * GIB)
+    assert VLLM.non_torch_for(l40s, 4) == VLLM.non_torch_for(l40s, 1) == round(0.75 * GIB)
+
+
+def test_qwen3_next_on_four_l40s_fits_without_the_nvlink_add_on():
+    # A public 4 × L40S start-up log of this model started (134 blocks); with the NVLink add-on
+    # the pool was 1.32 − 2.71 = −1.39 GiB, now 1.32 GiB per GPU
+    d = deployment.Deployment("qwen3-next-80b-a3b", "l40s", tp=4)
+    pool = kv_pool(d)
+    assert pool.tp_link == "pcie" and 1.2 * GIB < pool.available_kv_bytes < 1.4 * GIB
+    nvlink_rule = dataclasses.replace(VLLM, non_torch_tp_pcie_bytes=VLLM.non_torch_tp_bytes)
+    with pytest.raises(NoKVMemory, match="non-torch 3.46 GiB"):
+        kv_pool(d, overheads=nvlink_rule)
+    refused = capacity.pool_arithmetic(d, overheads=nvlink_rule)
+    assert refused.num_blocks == 0 and round(refused.available_kv_bytes / GIB, 2) == -1.39

@@ -232,6 +232,8 @@ ENTRY_POINTS = {
                                   max_num_batched_tokens=n(4096), block_size=n(16),
                                   gpu_memory_utilization=f(0.9)).resolved(),
     "kv_pool": lambda n, f: kvlib.kv_pool(_d(tp=n(2), gpu_memory_utilization=f(0.9))).tokens,
+    "pool_arithmetic": lambda n, f: kvlib.pool_arithmetic(
+        _d(tp=n(2), gpu_memory_utilization=f(0.9))).tokens,
     "kv_pool keywords": lambda n, f: kvlib.kv_pool(_M, _G, n_gpus=n(2)).tokens,
     "kv_pool sglang": lambda n, f: kvlib.kv_pool(_d(engine="sglang", tp=n(2),
                                                     max_model_len=n(8192))).tokens,
@@ -458,7 +460,7 @@ RECORDS = {"Pool": "kv_pool", "Step": "decode_step", "SimResult": "simulate",
            "Model": "model_from_layers", "count_params": "weight_bytes",
            "critical_batch": "decode_step", "WeightFormat": "weight_bytes",
            "ServingRun": "simulate_serving", "SLOCapacity": "max_rate_at_slo",
-           "SpeculativeDecode": "speculative_decode"}
+           "SpeculativeDecode": "speculative_decode", "NoKVMemory": "kv_pool"}
 
 
 def test_every_public_function_taking_numbers_is_fed_numpy_numbers():

@@ -59,3 +59,55 @@ def test_every_memory_miss_reason_is_computed_from_the_logs():
     full = misses[misses["check"] == "full"]
     beyond = set(full.loc[full["error"].abs() > 0.10, "id"])
     assert beyond <= set(reasons), beyond - set(reasons)
+
+
+def test_tp_add_on_is_fitted_per_interconnect_where_logs_exist():
+    from kvlib.engines.capacity import VLLM
+
+    # the two TP fit logs are H100 SXM (NVSwitch); no fit log runs TP over PCIe
+    assert validation.tp_fit_logs() == {"nvlink": ["el09", "el28"], "pcie": []}
+    refit = validation.fit_overheads()
+    assert refit.non_torch_tp_pcie_bytes == VLLM.non_torch_tp_pcie_bytes == 0
+
+
+def test_pool_error_by_engine_version_and_interconnect():
+    table = validation.pool_error_by_group().set_index(["engine", "version", "interconnect"])
+    one = table.loc[("vllm", "before 0.21", "one GPU")]
+    nvlink = table.loc[("vllm", "before 0.21", "NVLink / NVSwitch")]
+    assert one["ids"] == "el01, el02, el06, el07, el27, el29, el31, vl01"
+    assert nvlink["ids"] == "el09, el28, el30, vl02"
+    # |predicted / logged − 1|: el28 0.6 %, el09 4.1 %, vl02 6.4 %, el30 (before PR #2031) 41.9 %
+    assert nvlink["median_abs_error"] == pytest.approx((0.0414 + 0.0638) / 2, abs=0.002)
+    assert nvlink["max_abs_error"] == pytest.approx(0.4185, abs=0.001)
+    assert 0.03 < one["median_abs_error"] < 0.07
+    # groups without a log are listed, with no error: PCIe TP, and every release from 0.21
+    empty = table[table["logs"] == 0]
+    assert ("vllm", "before 0.21", "PCIe") in empty.index
+    assert {v for e, v, _ in empty.index if e == "vllm"} == {"before 0.21", "0.21 and later"}
+    assert ("tensorrt-llm", "", "") in empty.index  # no log names a registry model + GPU
+    assert len(empty.loc[("vllm", "0.21 and later")]) == 3
+    assert empty["median_abs_error"].isna().all()
+    assert table.loc[("sglang", "not printed", "NVLink / NVSwitch"), "ids"] == "el10"
+
+
+def test_a_log_that_could_not_start_keeps_its_terms():
+    # el06: gpt-oss-120b on one H100 printed −2.14 GiB and refused to start; kv_pool raises
+    # NoKVMemory for it, and log_pool keeps the refused pool's arithmetic for the fit
+    pool = validation.log_pool("el06")
+    assert pool.num_blocks == 0 and -2.2 * 2**30 < pool.available_kv_bytes < -1.9 * 2**30
+
+
+def test_fit_cli_profiles_the_given_max_num_seqs(capsys):
+    import json
+
+    from kvlib.deployment import Deployment
+    from kvlib.engines.capacity import kv_pool
+    from kvlib.report.cli import main
+
+    # --max-num-seqs 8: the sampler profiles 8 rows of logits, not 1,024 (the H100 default)
+    main(["fit", "llama-3.1-8b", "h100-sxm", "--max-num-seqs", "8", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    eight = kv_pool(Deployment("llama-3.1-8b", "h100-sxm", max_model_len=8192, max_num_seqs=8))
+    default = kv_pool(Deployment("llama-3.1-8b", "h100-sxm", max_model_len=8192))
+    assert data["available_kv_bytes"] == eight.available_kv_bytes
+    assert eight.activation_sampler_bytes < default.activation_sampler_bytes

@@ -355,6 +355,12 @@ SCHEMAS: dict[str, Schema] = {
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
                   "source_url": URL},
         source=("source_url",)),
+    "vllm_memory_rules.csv": Schema(
+        required={"default_gpu_memory_utilization": number(maximum=1, positive=True),
+                  "cuda_graphs_in_profile": choice("true", "false"),
+                  "activation_profile": TEXT, "tp_buffers": TEXT, "source_url": URL,
+                  "accessed": DATE, "notes": TEXT},
+        source=("source_url",)),
     "engine_block_sizes.csv": Schema(
         required={"engine": TEXT, "version": TEXT, "parameter": TEXT,
                   "default_tokens": _POSITIVE_COUNT, "source_url": URL, "accessed": DATE},

@@ -57,10 +57,14 @@ class Overheads:
     max_num_batched_tokens) × vocab × 4`` bytes (fp32 logits, softmax, log-softmax, sort
     values and int64 indices); the activation peak is the larger of the two;
     non_torch_bytes: memory outside torch on one GPU (CUDA/cuBLAS workspaces);
-    non_torch_tp_bytes: added when tensor parallelism is on (NCCL and custom all-reduce
-    buffers); cuda_graph_bytes: CUDA-graph memory subtracted before sizing (0 in vLLM unless
-    ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` is set: graphs are captured after the pool,
-    in the 1 − utilization headroom).
+    non_torch_tp_bytes: added when tensor parallelism is on over NVLink-class links (NVLink,
+    NVSwitch, xGMI: NCCL plus custom all-reduce and symmetric-memory buffers);
+    non_torch_tp_pcie_bytes: added instead over PCIe, where vLLM allocates no custom
+    all-reduce beyond a P2P pair (``tp_link``); cuda_graph_bytes: CUDA-graph memory subtracted
+    before sizing (vLLM before 0.21: 0, graphs are captured after the pool, in the
+    1 − utilization headroom; from 0.21 vLLM subtracts an estimate that kvlib does not size —
+    no log it predicts prints one — so a pool for those releases is high by it;
+    ``data/vllm_memory_rules.csv``).
     """
 
     name: str
@@ -70,23 +74,73 @@ class Overheads:
     non_torch_tp_bytes: int
     cuda_graph_bytes: int = 0
     source: str = ""
+    non_torch_tp_pcie_bytes: int = 0
 
     def __post_init__(self) -> None:
         for key in ("forward_factor", "sampler_copies", "non_torch_bytes", "non_torch_tp_bytes",
-                    "cuda_graph_bytes"):
+                    "cuda_graph_bytes", "non_torch_tp_pcie_bytes"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"Overheads.{key} must be >= 0, got {value!r}")
+
+    def non_torch_for(self, gpu: GPU, tp: int) -> int:
+        """Memory outside torch on one GPU of a ``tp``-GPU group of ``gpu`` (bytes): the base
+        term plus the add-on of the group's link (``tp_link``)."""
+        link = tp_link(gpu, tp)
+        add = {None: 0, "nvlink": self.non_torch_tp_bytes,
+               "pcie": self.non_torch_tp_pcie_bytes}[link]
+        return self.non_torch_bytes + add
+
+
+#: The links a tensor-parallel group's add-on depends on (``tp_link``).
+TP_LINKS = ("nvlink", "pcie")
+
+
+def tp_link(gpu: GPU, tp: int) -> str | None:
+    """How a ``tp``-GPU group of ``gpu`` is linked, as vLLM's buffers depend on it: None at
+    tp 1; "pcie" for PCIe cards (``data/gpus.csv`` interconnect "PCIe …", optional bridges
+    included) and for NVLink-bridged pairs grouped past the pair; "nvlink" otherwise (NVLink,
+    NVSwitch, xGMI). vLLM disables custom all-reduce for more than two GPUs that are not fully
+    connected by NVLink, and for any pair whose P2P test fails
+    (``vllm/distributed/device_communicators/custom_all_reduce.py``, 0.33.0)."""
+    if tp <= 1:
+        return None
+    link = gpu.interconnect.strip()
+    if link.startswith("PCIe") or ("2-GPU pairs" in link and tp > 2):
+        return "pcie"
+    return "nvlink"
+
+
+class NoKVMemory(ValueError):
+    """The budget holds no KV cache: weights + activations + non-torch memory (+ CUDA graphs)
+    reach ``gpu_memory_utilization`` × memory on one GPU, so vLLM refuses to start ("No
+    available memory for the cache blocks"). ``pool`` keeps every term of the arithmetic."""
+
+    def __init__(self, pool: "Pool") -> None:
+        self.pool = pool
+        graphs = (f" + CUDA graphs {pool.cuda_graph_bytes / GIB:.2f} GiB"
+                  if pool.cuda_graph_bytes else "")
+        #: What ran out, in one line: the terms against the budget (GiB per GPU).
+        self.terms = (f"weights {pool.weights_bytes_per_gpu / GIB:.2f} GiB + activations "
+                      f"{pool.activation_peak_bytes / GIB:.2f} GiB + non-torch "
+                      f"{pool.non_torch_bytes / GIB:.2f} GiB{graphs} ≥ "
+                      f"{pool.gpu_memory_utilization:g} × {pool.total_memory_bytes / GIB:.2f} GiB"
+                      f" = {pool.budget_bytes / GIB:.2f} GiB per GPU")
+        super().__init__(f"{pool.model} on {pool.n_gpus} × {pool.gpu}: no memory left for the "
+                         f"KV cache — {self.terms}")
 
 
 #: Calibrated on ``data/engine_logs.csv`` (rows with ``calibration`` = yes) by
 #: ``fit_overheads``: forward_factor from the two RTX-3090 Llama-3.1-8B logs (vllm#10517, the
 #: activation peak grows 0.92 GiB for 9,000 more batched tokens); the other three terms by least
-#: squares on every calibration log's "Available KV cache memory". tests/test_capacity.py
-#: refits them and checks these values.
+#: squares on every calibration log's "Available KV cache memory" (the NVLink add-on from the
+#: TP logs on H100 SXM; no fit log has tensor parallelism over PCIe, so its add-on is left at
+#: 0: no custom all-reduce buffers there, ``tp_link``). tests/test_capacity.py refits them and
+#: checks these values.
 VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=8.55,
                  non_torch_bytes=round(0.75 * GIB), non_torch_tp_bytes=round(2.71 * GIB),
-                 source="data/engine_logs.csv calibration rows; kvlib.fit.validation.fit_overheads")
+                 source="data/engine_logs.csv calibration rows; kvlib.fit.validation.fit_overheads",
+                 non_torch_tp_pcie_bytes=0)
 #: No overheads at all: the budget minus the weights (the source article's arithmetic).
 NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, sampler_copies=0.0,
                          non_torch_bytes=0, non_torch_tp_bytes=0)
@@ -209,7 +263,7 @@ class Pool:
 
     budget_bytes = total_memory_bytes × gpu_memory_utilization;
     available_kv_bytes = budget − weights − activation peak − non-torch − CUDA graphs
-    (negative when the model does not fit: the engine refuses to start);
+    (positive: ``kv_pool`` raises ``NoKVMemory`` otherwise, as the engine refuses to start);
     kv_bytes_per_gpu = blocks × page bytes × layers per group (≤ available: block rounding).
     """
 
@@ -237,6 +291,8 @@ class Pool:
     overheads: str
     max_num_batched_tokens_note: str = field(default="", compare=False)
     weights_basis: str = field(default="", compare=False)
+    tp_link: str | None = None
+    engine_version: str = ""
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -245,7 +301,7 @@ class Pool:
 
     @property
     def available_kv_bytes(self) -> int:
-        """vLLM's "Available KV cache memory" on one GPU (bytes; may be negative)."""
+        """vLLM's "Available KV cache memory" on one GPU (bytes; ≤ 0 only in a ``NoKVMemory``)."""
         return (self.budget_bytes - self.weights_bytes_per_gpu - self.activation_peak_bytes
                 - self.non_torch_bytes - self.cuda_graph_bytes)
 
@@ -309,8 +365,8 @@ class Pool:
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
-            ("− non-torch memory" + (" (incl. tensor-parallel buffers)" if self.n_gpus > 1
-                                     else ""), -self.non_torch_bytes),
+            ("− non-torch memory" + (f" (incl. tensor-parallel buffers, {self.tp_link})"
+                                     if self.tp_link else ""), -self.non_torch_bytes),
             ("− CUDA graphs counted before sizing", -self.cuda_graph_bytes),
             ("= available KV memory", self.available_kv_bytes),
             ("− block rounding", -self.block_rounding_bytes if self.available_kv_bytes > 0 else 0),
@@ -384,7 +440,9 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     maximum (``derived_max_model_len``) as vLLM refuses it, unless the deployment allows long
     contexts. overheads: the activation/non-torch model (``NO_OVERHEADS`` reproduces "budget −
     weights"); weights_bytes_per_gpu: override the computed weights (e.g. with a logged "Model
-    loading took").
+    loading took"). The default utilization is the named vLLM release's
+    (``Deployment.resolved``). ``NoKVMemory`` (a ValueError naming the terms) when nothing is
+    left for the KV cache.
     """
     d = as_deployment(deployment, gpu, **keywords).resolved()
     m, g = d.model, d.gpu
@@ -407,7 +465,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
                          "config.json fields (build it with Model.from_hf_config)")
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
     sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
-    non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
+    non_torch = overheads.non_torch_for(g, tp)
     total = g.usable_memory_bytes
     budget = int(total * d.gpu_memory_utilization)
     groups = with_draft(cache_groups(m, tp=tp, kv_dtype=d.kv, block_size=d.block_size), d)
@@ -419,7 +477,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
     available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
     num_blocks = max(available // block_bytes, 0) if groups else 0
-    return Pool(model=m.name, gpu=g.slug, n_gpus=tp,
+    pool = Pool(model=m.name, gpu=g.slug, n_gpus=tp,
                 gpu_memory_utilization=d.gpu_memory_utilization, weight_dtype=d.weights.label,
                 kv_dtype=d.kv_name, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                 total_memory_bytes=total, total_memory_source=g.usable_memory_source,
@@ -428,4 +486,21 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
                 non_torch_bytes=non_torch, cuda_graph_bytes=overheads.cuda_graph_bytes,
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
                 block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
-                weights_basis=weights_basis)
+                weights_basis=weights_basis, tp_link=tp_link(g, tp),
+                engine_version=d.engine_version)
+    if pool.available_kv_bytes <= 0:  # vLLM v1/core/kv_cache_planning.py refuses ≤ 0 too
+        raise NoKVMemory(pool)
+    return pool
+
+
+def pool_arithmetic(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                    overheads: Overheads = VLLM, weights_bytes_per_gpu: int | None = None,
+                    **keywords: Any) -> Pool:
+    """``kv_pool``'s arithmetic (same arguments, public API), also where vLLM would refuse to
+    start: then the ``Pool`` of the ``NoKVMemory`` (available ≤ 0, no blocks), for tables that
+    show by how much a deployment does not fit."""
+    try:
+        return kv_pool(deployment, gpu, overheads=overheads,
+                       weights_bytes_per_gpu=weights_bytes_per_gpu, **keywords)
+    except NoKVMemory as refused:
+        return refused.pool

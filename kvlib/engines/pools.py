@@ -22,7 +22,7 @@ from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU
 from ..model.model import Model
 from . import capacity, sglang, tensorrt_llm
-from .capacity import VLLM, Overheads, Pool
+from .capacity import VLLM, NoKVMemory, Overheads, Pool
 from .sglang import SGLangPool
 from .tensorrt_llm import TensorRTLLMPool
 
@@ -64,7 +64,7 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
     a page; waste_share = waste_tokens ÷ ``context_tokens``; concurrency, requests of
     ``context_tokens`` tokens the pool holds; max_running, the engine's default cap on running
     requests (vLLM ``max_num_seqs``, SGLang ``--max-running-requests``, TensorRT-LLM
-    ``max_batch_size``).
+    ``max_batch_size``). An engine left no KV memory gets 0 tokens and 0 concurrency.
     """
     base = as_deployment(deployment, gpu, **keywords)
     context = positive_integer("context_tokens", context_tokens)
@@ -72,7 +72,10 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
               "tensorrt-llm": "free memory after weights and profiling"}
     rows = []
     for engine in ("vllm", "sglang", "tensorrt-llm"):
-        p = kv_pool(base.with_(engine=engine))
+        try:
+            p = kv_pool(base.with_(engine=engine))
+        except NoKVMemory as refused:  # vLLM would not start: a row with no pool
+            p = refused.pool
         fraction = {"vllm": getattr(p, "gpu_memory_utilization", None),
                     "sglang": getattr(p, "mem_fraction_static", None),
                     "tensorrt-llm": getattr(p, "free_gpu_memory_fraction", None)}[engine]

@@ -284,8 +284,9 @@ class Parts:
 
 @lru_cache(maxsize=None)
 def _pool(model: str, gpu: str, tp: int, weight_format: str, kv_dtype: str) -> capacity.Pool:
-    return capacity.kv_pool(Deployment(_model(model), _gpu(gpu), tp=tp, weights=weight_format,
-                                       kv=kv_dtype, gpu_memory_utilization=0.9))
+    return capacity.pool_arithmetic(Deployment(_model(model), _gpu(gpu), tp=tp,
+                                               weights=weight_format, kv=kv_dtype,
+                                               gpu_memory_utilization=0.9))
 
 
 def _pool_capacity(model: str, gpu: str, tp: int, weight_format: str, kv_dtype: str,

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from ..engines import capacity
-from ..engines.capacity import NO_OVERHEADS, VLLM, Overheads, Pool, kv_pool
+from ..engines.capacity import (NO_OVERHEADS, TP_LINKS, VLLM, Overheads, Pool, pool_arithmetic, tp_link)
 from ..engines import pools
 from ..engines.sglang import SGLangPool
-from ..deployment import Deployment
+from ..deployment import Deployment, vllm_release
 from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
 from ..model.weights import params_for
@@ -39,8 +39,11 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
     """The pool kvlib predicts for one start-up log of ``data/engine_logs.csv``.
 
     Uses the log's model, GPU (its logged CUDA total when printed), tensor-parallel degree,
-    utilization, profiled batch and sampled rows; with ``use_logged_weights`` the logged
-    "Model loading took" replaces the computed weights (isolating the overhead terms).
+    utilization (else the default of the vLLM release it prints, else the book's 0.9: every
+    unversioned log predates v0.21), profiled batch and sampled rows; with ``use_logged_weights`` the logged
+    "Model loading took" replaces the computed weights (isolating the overhead terms). A log
+    whose engine could not start (el06 prints −2.14 GiB) keeps its terms: the pool of the
+    ``NoKVMemory`` kvlib raises for it.
     """
     logs = engine_logs()
     if log_id not in logs.index:
@@ -55,13 +58,14 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
         gpu = replace(gpu, memory_bytes_runtime=round(total * GIB))
     weights = _num(row["model_weights_gib"]) if use_logged_weights else None
     kv_dtype = row["kv_cache_dtype"] or "bf16"
+    release = row["engine_version"] if vllm_release(row["engine_version"]) else None
     d = Deployment(row["model_slug"], gpu, tp=int(row["tp"] or row["n_gpus"] or 1),
-                   weights=row["weight_format"] or "bf16", kv=kv_dtype,
-                   gpu_memory_utilization=float(row["gpu_memory_utilization"] or 0.9),
+                   weights=row["weight_format"] or "bf16", kv=kv_dtype, engine_version=release,
+                   gpu_memory_utilization=_num(row["gpu_memory_utilization"]),
                    max_num_batched_tokens=int(row["max_num_batched_tokens"] or 8192),
                    max_num_seqs=int(row["max_num_seqs"]) if row["max_num_seqs"] else None)
-    return kv_pool(d, overheads=overheads,
-                   weights_bytes_per_gpu=None if weights is None else round(weights * GIB))
+    return pool_arithmetic(d, overheads=overheads,
+                           weights_bytes_per_gpu=None if weights is None else round(weights * GIB))
 
 
 def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
@@ -112,7 +116,8 @@ def _fit_inputs(forward_factor: float) -> list[dict[str, float]]:
         measured = (pool.budget_bytes - pool.weights_bytes_per_gpu
                     - _num(row["available_kv_gib"]) * GIB)
         out.append({"id": log_id, "measured": measured, "forward": pool.activation_forward_bytes,
-                    "sampler_per_copy": pool.activation_sampler_bytes, "tp": pool.n_gpus})
+                    "sampler_per_copy": pool.activation_sampler_bytes, "tp": pool.n_gpus,
+                    "link": pool.tp_link})
     return out
 
 
@@ -135,14 +140,18 @@ def fit_forward_factor() -> float:
 
 
 def fit_overheads(forward_factor: float | None = None) -> Overheads:
-    """Least-squares fit of ``sampler_copies``, ``non_torch_bytes`` and ``non_torch_tp_bytes``
-    to the fit logs' measured overhead (budget − weights − available), for a given
-    ``forward_factor`` (default: ``fit_forward_factor()``); sampler copies on a 0.05 grid."""
+    """Least-squares fit of ``sampler_copies``, ``non_torch_bytes`` and the tensor-parallel
+    add-on of each link (``non_torch_tp_bytes`` over NVLink, ``non_torch_tp_pcie_bytes`` over
+    PCIe; ``capacity.tp_link``) to the fit logs' measured overhead (budget − weights −
+    available), for a given ``forward_factor`` (default: ``fit_forward_factor()``); sampler
+    copies on a 0.05 grid. A link no fit log covers keeps the calibrated constant's add-on
+    (``tp_fit_logs`` says which)."""
     k_fwd = fit_forward_factor() if forward_factor is None else forward_factor
     data = _fit_inputs(k_fwd)
     measured = np.array([d["measured"] for d in data])
-    tp_on = np.array([1.0 if d["tp"] > 1 else 0.0 for d in data])
-    design = np.column_stack([np.ones(len(data)), tp_on])
+    links = [link for link in TP_LINKS if any(d["link"] == link for d in data)]
+    design = np.column_stack([np.ones(len(data))] + [
+        np.array([1.0 if d["link"] == link else 0.0 for d in data]) for link in links])
     best = None
     for k_s in np.arange(0.0, 20.0001, 0.05):
         act = np.array([max(d["forward"], k_s * d["sampler_per_copy"]) for d in data])
@@ -151,10 +160,20 @@ def fit_overheads(forward_factor: float | None = None) -> Overheads:
         sse = float(((measured - act - design @ coef) ** 2).sum())
         if best is None or sse < best[0] - 1e-6:
             best = (sse, float(k_s), coef)
-    _, k_s, (n0, ntp) = best
+    _, k_s, (n0, *adds) = best
+    add = dict(zip(links, adds))
     return Overheads(name="vllm (refit)", forward_factor=round(k_fwd, 3),
                      sampler_copies=round(k_s, 2), non_torch_bytes=int(n0),
-                     non_torch_tp_bytes=int(ntp), source="kvlib.fit.validation.fit_overheads")
+                     non_torch_tp_bytes=int(add.get("nvlink", VLLM.non_torch_tp_bytes)),
+                     non_torch_tp_pcie_bytes=int(add.get("pcie", VLLM.non_torch_tp_pcie_bytes)),
+                     source="kvlib.fit.validation.fit_overheads")
+
+
+def tp_fit_logs() -> dict[str, list[str]]:
+    """The fit logs behind each link's tensor-parallel add-on (``capacity.TP_LINKS`` → log
+    ids; an empty list: no log, the add-on is the rule's, not a fit)."""
+    data = _fit_inputs(VLLM.forward_factor)
+    return {link: [d["id"] for d in data if d["link"] == link] for link in TP_LINKS}
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -327,3 +346,58 @@ def engine_pool_validation() -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["error"] = out["predicted"].astype(float) / out["logged"].astype(float) - 1
     return out
+
+
+#: How the error table names a tensor-parallel group's link (``capacity.tp_link``).
+LINK_NAMES = {None: "one GPU", "nvlink": "NVLink / NVSwitch", "pcie": "PCIe"}
+#: The vLLM rule ranges of ``data/vllm_memory_rules.csv``, as the error table names them.
+VLLM_RULE_GROUPS = ("before 0.21", "0.21 and later")
+
+
+def pool_error_by_group() -> pd.DataFrame:
+    """The pool's error against every start-up log kvlib predicts, by engine, engine version
+    (vLLM: its memory-rule range, ``data/vllm_memory_rules.csv``) and interconnect
+    (``LINK_NAMES``): one row per group with ``logs`` (how many), ``median_abs_error`` and
+    ``max_abs_error`` (|predicted ÷ logged − 1| of the "full" check: the pool from the log's
+    settings; SGLang and TensorRT-LLM: KV tokens, by ``ENGINE_VERSIONS``' rules) and the log
+    ids; a vLLM group with no log, and an engine with none, gets ``logs`` 0 and no error.
+    """
+    logs = engine_logs()
+    vllm = memory_validation()
+    vllm = vllm[(vllm["check"] == "full") & (vllm["quantity"] != "weights per GPU (GiB)")]
+    others = engine_pool_validation()
+    others = others[(others["check"] == "full") & (others["quantity"] == "KV tokens")]
+    rows = []
+    for frame in (vllm, others):
+        for _, r in frame.iterrows():
+            if r["engine"] == "vllm":
+                version = (logs.loc[r["id"], "vllm_rules"] if r["id"] in logs.index
+                           else "before 0.21")  # the 2023 logs of data/validation/
+            else:  # the pool follows ENGINE_VERSIONS' rules; the log's own version if printed
+                version = logs.loc[r["id"], "engine_version"] or "not printed"
+            tp = int(logs.loc[r["id"], "tp"] or logs.loc[r["id"], "n_gpus"] or 1) if (
+                r["id"] in logs.index) else int(r["tp"])
+            rows.append({"engine": r["engine"], "version": version,
+                         "interconnect": LINK_NAMES[tp_link(load_gpu(r["gpu"]), tp)],
+                         "id": r["id"], "abs_error": abs(float(r["error"]))})
+    found = pd.DataFrame(rows)
+    out = []
+    for (engine, version, link), grp in found.groupby(["engine", "version", "interconnect"],
+                                                      sort=False):
+        out.append({"engine": engine, "version": version, "interconnect": link,
+                    "logs": len(grp), "median_abs_error": float(grp["abs_error"].median()),
+                    "max_abs_error": float(grp["abs_error"].max()),
+                    "ids": ", ".join(sorted(grp["id"]))})
+    for version in VLLM_RULE_GROUPS:
+        for link in LINK_NAMES.values():
+            if not ((found["engine"] == "vllm") & (found["version"] == version)
+                    & (found["interconnect"] == link)).any():
+                out.append({"engine": "vllm", "version": version, "interconnect": link,
+                            "logs": 0, "median_abs_error": None, "max_abs_error": None,
+                            "ids": ""})
+    for engine in ("sglang", "tensorrt-llm"):
+        if not (found["engine"] == engine).any():
+            out.append({"engine": engine, "version": "", "interconnect": "", "logs": 0,
+                        "median_abs_error": None, "max_abs_error": None, "ids": ""})
+    return pd.DataFrame(out).sort_values(["engine", "version", "interconnect"],
+                                         ignore_index=True)

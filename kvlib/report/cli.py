@@ -178,12 +178,16 @@ def _memory_fraction(pool: Any) -> float:
 
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..deployment import ENGINE_NAMES
+    from ..engines.capacity import NoKVMemory
     from ..engines.pools import kv_pool
     from ..core.units import GIB
 
     d = _deployment(_with_defaults(args))
     m, context = d.model, d.max_model_len
-    pool = kv_pool(d)
+    try:
+        pool, refused = kv_pool(d), None
+    except NoKVMemory as exc:  # vLLM would not start: report it as "does not fit"
+        pool, refused = exc.pool, exc
     conc = pool.max_concurrency(context)
     fraction = _memory_fraction(pool)
     data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp, "engine": d.engine,
@@ -202,9 +206,10 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if conc < 1:
         available = pool.available_kv_bytes
         shown = ("-" if available < 0 else "") + _fixed(abs(available), GIB, 2)
-        rows.append(("does not fit", "weights and start-up overheads leave "
-                     f"{shown} GiB per GPU for the KV cache; "
-                     "try a larger --tp or smaller --weight-dtype"))
+        why = (f"no memory left for the KV cache: {refused.terms}" if refused is not None
+               else f"weights and start-up overheads leave {shown} GiB per GPU for the KV cache")
+        rows.append(("does not fit", f"{why}; try a larger --tp or smaller --weight-dtype"))
+        data["does_not_fit"] = why
     else:
         point = _serving(d, args)
         data["speed"] = _speed_data(point)

@@ -26,6 +26,7 @@ import pandas as pd
 from ..core.checks import integer, number, positive_integer
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
+from ..engines.capacity import NoKVMemory
 from ..engines.pools import engine_start
 from ..engines.scheduler import ServingRun, simulate_serving
 from ..speed.roofline import StepTimer
@@ -75,7 +76,11 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
         request_rate = math.inf
     sent = (arrival_times(len(reqs), request_rate, burstiness, seed) if request_rate is not None
             else np.zeros(len(reqs)))
-    start = engine_start(d)
+    try:
+        start = engine_start(d)
+    except NoKVMemory as refused:
+        raise ValueError(f"{d.model.name} on {d.tp} × {d.gpu.name}: the KV pool is empty "
+                         f"({refused.terms})") from None
     seqs = start.max_running
     if d.engine == "tensorrt-llm":  # a step carries at most max_num_tokens tokens, decodes too
         seqs = min(seqs, start.max_batched_tokens)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from ..fit import calibrate
 from ..deployment import Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import check_max_model_len
+from ..engines.capacity import NoKVMemory, check_max_model_len
 from ..engines.pools import AnyPool, EngineStart, SGLangPool, TensorRTLLMPool, engine_start
 from .cost import cost_per_million_tokens
 from ..hardware.gpus import GPU
@@ -285,11 +285,17 @@ class Engine:
 
     def start(self, tp: int, max_model_len: int | None = None) -> EngineStart:
         """The engine on ``tp`` GPUs started with ``max_model_len`` (None: the deployment's):
-        its pool and limits (``engine_start``), sized once."""
+        its pool and limits (``engine_start``), sized once; where nothing is left for the KV
+        cache, the refused pool's terms (no blocks: it holds no request)."""
         length = max_model_len or self.deployment.max_model_len
         key = (tp, length if self.deployment.engine == "sglang" else None)
         if key not in self._starts:
-            self._starts[key] = engine_start(self.deployment.with_(tp=tp, max_model_len=length))
+            try:
+                self._starts[key] = engine_start(self.deployment.with_(tp=tp, max_model_len=length))
+            except NoKVMemory as refused:  # vLLM would not start
+                p = refused.pool
+                self._starts[key] = EngineStart(p, p.max_num_seqs, p.max_num_batched_tokens, False,
+                                                p.gpu_memory_utilization)
         return self._starts[key]
 
     def pool(self, tp: int) -> AnyPool:
