@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.checks import number, positive_integer
+from .prefix import VllmBlockPool
 
 StepTime = Callable[[NDArray[np.int64]], float]
 
@@ -129,6 +130,8 @@ class ServingRun:
     preemptions: int          # recompute preemptions, all requests together
     steps: int                # engine steps that scheduled tokens
     duration_s: float         # first arrival to last finish
+    cached_tokens: NDArray[np.int64] | None = None   # prefix caching: prompt tokens hit at
+                                                      # each request's first admission
 
     def summary(self, percentiles: tuple[float, ...] = (90, 99)) -> dict[str, float]:
         """The numbers ``vllm bench serve`` prints (its ``--save-result`` keys): completed,
@@ -185,7 +188,8 @@ def check_serving_inputs(requests: ArrayLike, arrival_s: ArrayLike
 
 def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: int,
                      block_size: int = 16, step_time: StepTime, max_num_seqs: int = 256,
-                     max_num_batched_tokens: int = 8192) -> ServingRun:
+                     max_num_batched_tokens: int = 8192,
+                     prefix_ids: Sequence[Sequence[int]] | None = None) -> ServingRun:
     """Serve ``requests`` ((n, 2) prompt and output tokens) arriving at ``arrival_s`` (seconds,
     non-decreasing) on a pool of ``pool_blocks`` blocks of ``block_size`` tokens, scheduled as vLLM
     v1 does (module docstring). ``step_time(batch)`` → seconds of one step, given a (k, 2) int
@@ -194,6 +198,10 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
 
     One request alone (prompt 100, output 3, ``LinearStepTime(6e-3, 6e-5)``): a 100-token step
     (12 ms, first token) and 2 decode steps (6.06 ms each): TTFT 12 ms, E2E 24.12 ms.
+    ``prefix_ids`` turns on vLLM's prefix caching (``enable_prefix_caching``): per request, the
+    ids of its prompt's full blocks (⌊prompt / block_size⌋ ints ≥ 0, equal where two prompts'
+    blocks and everything before them are equal: ``kvlib.engines.prefix.prompt_block_ids`` of
+    token ids, or ``shared_prefix_ids``); the run's ``cached_tokens`` gives each request's hit.
     Raises ValueError for a request the pool could never hold.
     """
     prompt, output, arrival = check_serving_inputs(requests, arrival_s)
@@ -211,6 +219,10 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
         i = int(np.argmax(need > pool))
         raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} tokens) needs "
                          f"{int(need[i]):,} blocks of {bs}; the pool has {pool:,}")
+    if prefix_ids is not None:
+        ids = _checked_prefix_ids(prefix_ids, prompt, bs)
+        return _PrefixEngine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
+                             ids).run()
     return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max).run()
 
 
@@ -703,3 +715,164 @@ class _Engine:
         self.all_decode = decodes or (not self.unfirst
                                       and all(r[SEQ] - r[COMP] == 1 for r in self.rows or ()))
         return done
+
+
+# --- prefix caching: the same schedule over vLLM's shared block pool ---------------------------
+
+def _checked_prefix_ids(prefix_ids: Sequence[Sequence[int]], prompt: NDArray[np.int64],
+                        bs: int) -> list[list[int]]:
+    """``prefix_ids`` checked: one list of ⌊prompt / block_size⌋ ints ≥ 0 per request."""
+    if len(prefix_ids) != len(prompt):
+        raise ValueError(f"prefix_ids has {len(prefix_ids)} entries for {len(prompt)} requests")
+    out = []
+    for i, (ids, p) in enumerate(zip(prefix_ids, prompt.tolist())):
+        ids = [int(x) for x in ids]
+        if len(ids) != p // bs or (ids and min(ids) < 0):
+            raise ValueError(f"request {i}: prefix_ids needs {p // bs} ids >= 0 (one per full "
+                             f"{bs}-token block of its {p} prompt tokens), got {len(ids)}")
+        out.append(ids)
+    return out
+
+
+class _PrefixEngine:
+    """``simulate_serving`` with prefix caching: vLLM's steps (module docstring) one at a time,
+    with each request's blocks named in a ``VllmBlockPool``. Admission looks up the longest
+    cached run of the request's blocks short of its last token, needs free blocks for the rest
+    of its sequence plus the free blocks the hit takes off the free queue, starts with computed
+    tokens = the hit, and takes new blocks only for the tokens it schedules. Every allocation
+    caches the full blocks it completes (so a request admitted later in the same step can hit
+    them); finished and preempted requests free their blocks tail first, cached ones kept until
+    evicted. Blocks past the prompt's full ones (output tokens) are the request's own."""
+
+    def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
+                 arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
+                 max_seqs: int, budget: int, ids: list[list[int]]) -> None:
+        self.prompt, self.output, self.arrival = prompt.tolist(), output.tolist(), arrival
+        self.n = n = len(prompt)
+        self.bs, self.max_seqs, self.budget, self.step_time = bs, max_seqs, budget, step_time
+        self.pool = VllmBlockPool(pool)
+        self.ids = ids
+        self.stride = max(_cdiv(p + o, bs) for p, o in zip(self.prompt, self.output)) + 1
+        self.base = max((max(x) for x in ids if x), default=-1) + 1   # output blocks' ids
+        self.comp = [0] * n
+        self.produced = [0] * n
+        self.blocks: list[list[int]] = [[] for _ in range(n)]
+        self.hashed = [0] * n                 # leading blocks of each request already cached
+        self.cached = np.full(n, -1, dtype=np.int64)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.last = [0.0] * n
+        self.itl: list[float] = []
+        self.running: list[int] = []
+        self.waiting: deque[int] = deque()
+        self.preemptions = self.steps = 0
+
+    def _id(self, i: int, j: int) -> int:
+        ids = self.ids[i]
+        return ids[j] if j < len(ids) else self.base + i * self.stride + j
+
+    def _allocate(self, i: int, tokens: int) -> None:
+        """Give request ``i`` blocks for ``tokens`` tokens and cache its full ones."""
+        blocks = self.blocks[i]
+        blocks += self.pool.take(_cdiv(tokens, self.bs) - len(blocks))
+        for j in range(self.hashed[i], tokens // self.bs):
+            self.pool.cache(blocks[j], self._id(i, j))
+        self.hashed[i] = max(self.hashed[i], tokens // self.bs)
+
+    def _free(self, i: int) -> None:
+        self.pool.release(self.blocks[i])
+        self.blocks[i], self.hashed[i] = [], 0
+
+    def _step(self) -> None:
+        bs, pool, comp, blocks = self.bs, self.pool, self.comp, self.blocks
+        running, left = self.running, self.budget
+        batch: list[tuple[int, int]] = []
+        sched: list[tuple[int, int]] = []
+        preempted = False
+        k = 0
+        while k < len(running) and left > 0:
+            i = running[k]
+            s = min(self.prompt[i] + self.produced[i] - comp[i], left)
+            grow = _cdiv(comp[i] + s, bs) - len(blocks[i])
+            while grow > pool.free_blocks:
+                v = running.pop()              # preempt the last running request
+                self._free(v)
+                comp[v] = 0
+                self.preemptions += 1
+                preempted = True
+                self.waiting.appendleft(v)
+                if v == i:
+                    break
+            if k == len(running):              # it preempted itself: the pass ends
+                break
+            self._allocate(i, comp[i] + s)
+            batch.append((s, comp[i]))
+            sched.append((i, s))
+            left -= s
+            k += 1
+        while not preempted and left > 0 and self.waiting and len(running) < self.max_seqs:
+            h = self.waiting[0]
+            tokens = self.prompt[h] + self.produced[h]
+            hit = pool.lookup(self._id(h, j) for j in range((tokens - 1) // bs))
+            if _cdiv(tokens, bs) - len(hit) + pool.idle(hit) > pool.free_blocks:
+                break
+            self.waiting.popleft()
+            pool.touch(hit)
+            blocks[h], self.hashed[h] = hit, len(hit)
+            comp[h] = len(hit) * bs
+            if self.cached[h] < 0:
+                self.cached[h] = comp[h]
+            s = min(tokens - comp[h], left)
+            self._allocate(h, comp[h] + s)
+            running.append(h)
+            batch.append((s, comp[h]))
+            sched.append((h, s))
+            left -= s
+        if not batch:
+            raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                               "request alone)")
+        clock = self.clock = self.clock + float(self.step_time(np.array(batch, dtype=np.int64)))
+        self.steps += 1
+        done = []
+        for i, s in sched:
+            comp[i] += s
+            if comp[i] == self.prompt[i] + self.produced[i]:
+                if math.isnan(self.first[i]):
+                    self.first[i] = clock
+                else:
+                    self.itl.append(clock - self.last[i])
+                self.last[i] = clock
+                self.produced[i] += 1
+                if self.produced[i] == self.output[i]:
+                    self.finish[i] = clock
+                    done.append(i)
+        for i in done:
+            self._free(i)
+        if done:
+            gone = set(done)
+            self.running = [i for i in running if i not in gone]
+
+    def run(self) -> ServingRun:
+        n, arrival = self.n, self.arrival
+        self.clock = float(arrival[0])
+        nxt = 0
+        while nxt < n or self.running or self.waiting:
+            while nxt < n and arrival[nxt] <= self.clock:
+                self.waiting.append(nxt)
+                nxt += 1
+            if not self.running and not self.waiting:
+                self.clock = max(self.clock, float(arrival[nxt]))
+                continue
+            self._step()
+        if not np.isfinite(self.finish).all():
+            raise ValueError("step_time gave a time that is not finite")
+        prompt = np.asarray(self.prompt, dtype=np.int64)
+        output = np.asarray(self.output, dtype=np.int64)
+        multi = output > 1
+        tpot = np.zeros(n)
+        tpot[multi] = (self.finish[multi] - self.first[multi]) / (output[multi] - 1)
+        itl = np.asarray(self.itl, dtype=np.float64)
+        return ServingRun(prompt, output, arrival, self.first - arrival, tpot,
+                          self.finish - arrival, itl, np.ones(len(itl), dtype=np.int64),
+                          self.preemptions, self.steps, float(self.finish.max() - arrival[0]),
+                          self.cached)
