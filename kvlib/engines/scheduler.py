@@ -3,7 +3,7 @@
 ``simulate_serving`` replays requests arriving over time on one engine, on a virtual clock that
 advances by ``step_time(batch)`` after every step, and returns the latencies ``vllm bench serve``
 reports. Each step follows ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule()`` with its
-defaults (FCFS policy, chunked prefill, no prefix caching, no speculative decoding,
+defaults (FCFS policy, chunked prefill, prefix caching optional, no speculative decoding,
 ``long_prefill_token_threshold`` 0, watermark 0, ``scheduler_reserve_full_isl`` on):
 
 1. every request whose arrival time has passed joins the back of the WAITING queue; with nothing
@@ -42,10 +42,12 @@ the same batches and gives the same result. Below ``LIST_BELOW`` running request
 kept in Python lists, above ``TABLE_ABOVE`` in a numpy table (numpy's cost per call outweighs a
 short loop); both give the same run. 10,000 chat requests take under a second.
 
-Not simulated: prefix caching (kvlib's ``VllmBlockCache`` replays one request at a time, not
-requests sharing the pool concurrently), priority scheduling, speculative decoding, KV
-connectors, ``long_prefill_token_threshold``, a watermark, and ``max_model_len`` (a request is
-assumed to fit it).
+Prefix caching (``prefix_ids``, vLLM's ``enable_prefix_caching``) runs the same steps one at a
+time over a ``kvlib.engines.prefix.VllmBlockPool`` (``_PrefixEngine``): hits at admission, blocks
+shared between running requests, cached blocks kept free until evicted; checked against vLLM's
+scheduler with prefix caching on, hits included. Not simulated: priority scheduling,
+speculative decoding, KV connectors, ``long_prefill_token_threshold``, a watermark, and
+``max_model_len`` (a request is assumed to fit it).
 """
 from __future__ import annotations
 
