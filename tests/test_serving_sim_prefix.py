@@ -119,3 +119,29 @@ def test_bad_shared_prefixes_are_refused():
         shared_prefix_ids([0], [200], [100])
     with pytest.raises(ValueError, match="one value per request"):
         shared_prefix_ids([0, 1], [10], [100])
+
+
+@pytest.mark.parametrize("pool", [60, 5000])
+def test_decode_runs_give_the_step_by_step_run(monkeypatch, pool):
+    # runs of decode steps advanced at once against one step at a time, with a pool small
+    # enough to preempt and evict (60 blocks) and one that never does
+    from kvlib.engines import scheduler
+
+    rng = np.random.default_rng(4)
+    n = 80
+    req = np.column_stack((rng.integers(20, 300, n), rng.integers(1, 80, n)))
+    arr = np.cumsum(rng.exponential(0.02, n))
+    ids = shared_prefix_ids(rng.integers(0, 3, n), np.minimum(req[:, 0], 100), req[:, 0])
+    kw = dict(pool_blocks=pool, step_time=LinearStepTime(6e-3, 6e-5, 3e-9), prefix_ids=ids,
+              max_num_batched_tokens=512)
+    fast = simulate_serving(req, arr, **kw)
+    monkeypatch.setattr(scheduler._PrefixEngine, "_decodes_only", lambda self: False)
+    slow = simulate_serving(req, arr, **kw)
+    assert (fast.steps, fast.preemptions) == (slow.steps, slow.preemptions)
+    np.testing.assert_array_equal(fast.cached_tokens, slow.cached_tokens)
+    np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
+    np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-12)
+    assert fast.summary()["p99_itl_ms"] == pytest.approx(slow.summary()["p99_itl_ms"])
+    assert fast.cached_tokens.sum() > 0
+    if pool == 60:
+        assert fast.preemptions > 0

@@ -736,38 +736,37 @@ def _checked_prefix_ids(prefix_ids: Sequence[Sequence[int]], prompt: NDArray[np.
     return out
 
 
-class _PrefixEngine:
-    """``simulate_serving`` with prefix caching: vLLM's steps (module docstring) one at a time,
-    with each request's blocks named in a ``VllmBlockPool``. Admission looks up the longest
-    cached run of the request's blocks short of its last token, needs free blocks for the rest
-    of its sequence plus the free blocks the hit takes off the free queue, starts with computed
+class _PrefixEngine(_Engine):
+    """``simulate_serving`` with prefix caching: vLLM's steps (module docstring) over a
+    ``VllmBlockPool`` that names each request's blocks. Admission looks up the longest cached
+    run of the request's blocks short of its last token, needs free blocks for the rest of its
+    sequence plus the free blocks the hit takes off the free queue, starts with computed
     tokens = the hit, and takes new blocks only for the tokens it schedules. Every allocation
     caches the full blocks it completes (so a request admitted later in the same step can hit
     them); finished and preempted requests free their blocks tail first, cached ones kept until
-    evicted. Blocks past the prompt's full ones (output tokens) are the request's own."""
+    evicted. Blocks past the prompt's full ones (output tokens) are the request's own.
+
+    Runs of pure decode steps advance at once as in ``_Engine`` (their new blocks come off the
+    free queue together: the blocks they cache are in use, so the order of the takes changes
+    no eviction), and a waiting head that cannot be admitted stays so during such a run (free
+    blocks only fall, and an eviction only shortens its hit)."""
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
                  arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
                  max_seqs: int, budget: int, ids: list[list[int]]) -> None:
-        self.prompt, self.output, self.arrival = prompt.tolist(), output.tolist(), arrival
-        self.n = n = len(prompt)
-        self.bs, self.max_seqs, self.budget, self.step_time = bs, max_seqs, budget, step_time
-        self.pool = VllmBlockPool(pool)
+        super().__init__(prompt, output, arrival, pool, bs, step_time, max_seqs, budget)
+        n = self.n
+        self.p, self.o = prompt.tolist(), output.tolist()
+        self.blocks_pool = VllmBlockPool(pool)
         self.ids = ids
-        self.stride = max(_cdiv(p + o, bs) for p, o in zip(self.prompt, self.output)) + 1
+        self.stride = max(_cdiv(p + o, bs) for p, o in zip(self.p, self.o)) + 1
         self.base = max((max(x) for x in ids if x), default=-1) + 1   # output blocks' ids
         self.comp = [0] * n
-        self.produced = [0] * n
         self.blocks: list[list[int]] = [[] for _ in range(n)]
         self.hashed = [0] * n                 # leading blocks of each request already cached
         self.cached = np.full(n, -1, dtype=np.int64)
-        self.first = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.last = [0.0] * n
-        self.itl: list[float] = []
+        self.last_t = [0.0] * n
         self.running: list[int] = []
-        self.waiting: deque[int] = deque()
-        self.preemptions = self.steps = 0
 
     def _id(self, i: int, j: int) -> int:
         ids = self.ids[i]
@@ -776,17 +775,95 @@ class _PrefixEngine:
     def _allocate(self, i: int, tokens: int) -> None:
         """Give request ``i`` blocks for ``tokens`` tokens and cache its full ones."""
         blocks = self.blocks[i]
-        blocks += self.pool.take(_cdiv(tokens, self.bs) - len(blocks))
-        for j in range(self.hashed[i], tokens // self.bs):
-            self.pool.cache(blocks[j], self._id(i, j))
-        self.hashed[i] = max(self.hashed[i], tokens // self.bs)
+        blocks += self.blocks_pool.take(_cdiv(tokens, self.bs) - len(blocks))
+        self._cache(i, tokens)
+
+    def _cache(self, i: int, tokens: int) -> None:
+        blocks, full = self.blocks[i], tokens // self.bs
+        for j in range(self.hashed[i], full):
+            self.blocks_pool.cache(blocks[j], self._id(i, j))
+        self.hashed[i] = max(self.hashed[i], full)
 
     def _free(self, i: int) -> None:
-        self.pool.release(self.blocks[i])
+        self.blocks_pool.release(self.blocks[i])
         self.blocks[i], self.hashed[i] = [], 0
 
-    def _step(self) -> None:
-        bs, pool, comp, blocks = self.bs, self.pool, self.comp, self.blocks
+    def _lookup(self, h: int) -> tuple[int, list[int]]:
+        """The waiting request ``h``'s tokens and the blocks its lookup hits."""
+        tokens = self.p[h] + self.produced[h]
+        return tokens, self.blocks_pool.lookup(self._id(h, j) for j in range((tokens - 1) // self.bs))
+
+    def _admissible(self, h: int) -> tuple[int, list[int]] | None:
+        tokens, hit = self._lookup(h)
+        pool = self.blocks_pool
+        if _cdiv(tokens, self.bs) - len(hit) + pool.idle(hit) > pool.free_blocks:
+            return None
+        return tokens, hit
+
+    def _decodes_only(self) -> bool:
+        """Every running request decodes one token (after its first) and none is admitted."""
+        running, comp, p, produced = self.running, self.comp, self.p, self.produced
+        if not running or len(running) > self.budget or not all(
+                produced[i] and comp[i] == p[i] + produced[i] - 1 for i in running):
+            return False
+        return (not self.waiting or len(running) >= min(self.max_seqs, self.budget)
+                or self._admissible(self.waiting[0]) is None)
+
+    def _decode_run(self) -> int:
+        """``_Engine._decode_run`` over named blocks."""
+        running, bs, pool = self.running, self.bs, self.blocks_pool
+        comp = [self.comp[i] for i in running]
+        k = len(running)
+        free = pool.free_blocks
+        m = m_finish = min(self.o[i] - self.produced[i] for i in running)
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            hist = [0] * bs
+            for c in comp:
+                hist[c % bs] += 1
+            demand = fits = 0
+            for j in range(m):
+                demand += hist[-j % bs]
+                if demand > free:
+                    break
+                fits = j + 1
+            m = fits
+            if m == 0:
+                return self._step()
+        m, dt, ends = self._run_times(np.asarray(comp, dtype=np.int64), m)
+        grow = [_cdiv(c + m, bs) - len(self.blocks[i]) for i, c in zip(running, comp)]
+        taken = pool.take(sum(grow))
+        at = 0
+        clock = float(ends[m])
+        e1 = float(ends[1])
+        for i, c, g in zip(running, comp, grow):
+            self.blocks[i] += taken[at:at + g]
+            at += g
+            self._cache(i, c + m)
+            self.comp[i] = c + m
+            self.produced[i] += m
+            self.itl_one_f.append(e1 - self.last_t[i])
+            self.last_t[i] = clock
+        if m > 1:
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
+        self.clock = clock
+        self.steps += m
+        if m < m_finish:
+            return 0
+        done = [i for i in running if self.produced[i] == self.o[i]]
+        return self._retire(done)
+
+    def _retire(self, done: list[int]) -> int:
+        for i in done:
+            self.finish[i] = self.clock
+            self._free(i)
+        if done:
+            gone = set(done)
+            self.running = [i for i in self.running if i not in gone]
+        return len(done)
+
+    def _step(self) -> int:
+        bs, pool, comp, blocks = self.bs, self.blocks_pool, self.comp, self.blocks
         running, left = self.running, self.budget
         batch: list[tuple[int, int]] = []
         sched: list[tuple[int, int]] = []
@@ -794,7 +871,7 @@ class _PrefixEngine:
         k = 0
         while k < len(running) and left > 0:
             i = running[k]
-            s = min(self.prompt[i] + self.produced[i] - comp[i], left)
+            s = min(self.p[i] + self.produced[i] - comp[i], left)
             grow = _cdiv(comp[i] + s, bs) - len(blocks[i])
             while grow > pool.free_blocks:
                 v = running.pop()              # preempt the last running request
@@ -814,10 +891,10 @@ class _PrefixEngine:
             k += 1
         while not preempted and left > 0 and self.waiting and len(running) < self.max_seqs:
             h = self.waiting[0]
-            tokens = self.prompt[h] + self.produced[h]
-            hit = pool.lookup(self._id(h, j) for j in range((tokens - 1) // bs))
-            if _cdiv(tokens, bs) - len(hit) + pool.idle(hit) > pool.free_blocks:
+            fit = self._admissible(h)
+            if fit is None:
                 break
+            tokens, hit = fit
             self.waiting.popleft()
             pool.touch(hit)
             blocks[h], self.hashed[h] = hit, len(hit)
@@ -833,48 +910,41 @@ class _PrefixEngine:
         if not batch:
             raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
                                "request alone)")
-        clock = self.clock = self.clock + float(self.step_time(np.array(batch, dtype=np.int64)))
+        clock = self.clock = self.clock + self._time(np.array(batch, dtype=np.int64))
         self.steps += 1
         done = []
         for i, s in sched:
             comp[i] += s
-            if comp[i] == self.prompt[i] + self.produced[i]:
+            if comp[i] == self.p[i] + self.produced[i]:
                 if math.isnan(self.first[i]):
                     self.first[i] = clock
                 else:
-                    self.itl.append(clock - self.last[i])
-                self.last[i] = clock
+                    self.itl_one_f.append(clock - self.last_t[i])
+                self.last_t[i] = clock
                 self.produced[i] += 1
-                if self.produced[i] == self.output[i]:
-                    self.finish[i] = clock
+                if self.produced[i] == self.o[i]:
                     done.append(i)
-        for i in done:
-            self._free(i)
-        if done:
-            gone = set(done)
-            self.running = [i for i in running if i not in gone]
+        return self._retire(done)
 
     def run(self) -> ServingRun:
         n, arrival = self.n, self.arrival
-        self.clock = float(arrival[0])
-        nxt = 0
-        while nxt < n or self.running or self.waiting:
-            while nxt < n and arrival[nxt] <= self.clock:
-                self.waiting.append(nxt)
-                nxt += 1
+        done = 0
+        while done < n:
+            self._arrive()
             if not self.running and not self.waiting:
-                self.clock = max(self.clock, float(arrival[nxt]))
+                self.clock = max(self.clock, float(arrival[self.next_arrival]))
                 continue
-            self._step()
+            done += self._decode_run() if self._decodes_only() else self._step()
         if not np.isfinite(self.finish).all():
             raise ValueError("step_time gave a time that is not finite")
-        prompt = np.asarray(self.prompt, dtype=np.int64)
-        output = np.asarray(self.output, dtype=np.int64)
+        output = self.output
         multi = output > 1
         tpot = np.zeros(n)
         tpot[multi] = (self.finish[multi] - self.first[multi]) / (output[multi] - 1)
-        itl = np.asarray(self.itl, dtype=np.float64)
-        return ServingRun(prompt, output, arrival, self.first - arrival, tpot,
-                          self.finish - arrival, itl, np.ones(len(itl), dtype=np.int64),
-                          self.preemptions, self.steps, float(self.finish.max() - arrival[0]),
-                          self.cached)
+        itl_v = np.concatenate([np.asarray(self.itl_one_f, dtype=np.float64),
+                                np.asarray(self.itl_v, dtype=np.float64)])
+        itl_w = np.concatenate([np.ones(len(self.itl_one_f), dtype=np.int64),
+                                np.asarray(self.itl_k, dtype=np.int64)])
+        return ServingRun(self.prompt, output, arrival, self.first - arrival, tpot,
+                          self.finish - arrival, itl_v, itl_w, self.preemptions, self.steps,
+                          float(self.finish.max() - arrival[0]), self.cached)
