@@ -470,9 +470,9 @@ class VllmBlockPool:
     def lookup(self, ids: Iterable[int]) -> list[int]:
         """Blocks of the longest cached run of ``ids`` (callers cut ``ids`` to the blocks a hit
         may cover: never the last prompt token's)."""
-        out = []
+        out, by_id = [], self.by_id
         for h in ids:
-            blocks = self.by_id.get(h)
+            blocks = by_id.get(h)
             if not blocks:
                 break
             out.append(next(iter(blocks)))

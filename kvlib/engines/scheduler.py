@@ -775,14 +775,18 @@ class _PrefixEngine(_Engine):
     def _allocate(self, i: int, tokens: int) -> None:
         """Give request ``i`` blocks for ``tokens`` tokens and cache its full ones."""
         blocks = self.blocks[i]
-        blocks += self.blocks_pool.take(_cdiv(tokens, self.bs) - len(blocks))
+        grow = _cdiv(tokens, self.bs) - len(blocks)
+        if grow > 0:
+            blocks += self.blocks_pool.take(grow)
         self._cache(i, tokens)
 
     def _cache(self, i: int, tokens: int) -> None:
-        blocks, full = self.blocks[i], tokens // self.bs
-        for j in range(self.hashed[i], full):
-            self.blocks_pool.cache(blocks[j], self._id(i, j))
-        self.hashed[i] = max(self.hashed[i], full)
+        full = tokens // self.bs
+        if full > self.hashed[i]:
+            blocks, cache = self.blocks[i], self.blocks_pool.cache
+            for j in range(self.hashed[i], full):
+                cache(blocks[j], self._id(i, j))
+            self.hashed[i] = full
 
     def _free(self, i: int) -> None:
         self.blocks_pool.release(self.blocks[i])
@@ -791,7 +795,10 @@ class _PrefixEngine(_Engine):
     def _lookup(self, h: int) -> tuple[int, list[int]]:
         """The waiting request ``h``'s tokens and the blocks its lookup hits."""
         tokens = self.p[h] + self.produced[h]
-        return tokens, self.blocks_pool.lookup(self._id(h, j) for j in range((tokens - 1) // self.bs))
+        ids, limit = self.ids[h], (tokens - 1) // self.bs
+        if limit > len(ids):                   # a preempted request: its output blocks too
+            ids = ids + [self._id(h, j) for j in range(len(ids), limit)]
+        return tokens, self.blocks_pool.lookup(ids[:limit])
 
     def _admissible(self, h: int) -> tuple[int, list[int]] | None:
         tokens, hit = self._lookup(h)
