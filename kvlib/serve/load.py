@@ -273,7 +273,8 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
 def run_row(run: ServingRun, **labels: Any) -> dict[str, Any]:
     """One row of a sweep: ``labels``, then what ``vllm bench serve`` reports of ``run`` in
     seconds and per second (p50/p90/p99 TTFT, TPOT and E2E; request and output throughput), the
-    users in flight by Little's law (completed rate × mean E2E) and the preemptions."""
+    users in flight by Little's law (completed rate × mean E2E), the preemptions and, with
+    prefix caching, ``cached_share`` (prompt tokens hit ÷ prompt tokens)."""
     s = run.summary()
     row = dict(labels)
     for metric in ("ttft", "tpot", "e2el"):
@@ -283,6 +284,8 @@ def run_row(run: ServingRun, **labels: Any) -> dict[str, Any]:
                output_throughput=s["output_throughput"],
                in_flight=s["request_throughput"] * float(run.e2e_s.mean()),
                preemptions=run.preemptions)
+    if run.cached_tokens is not None:      # prefix caching: prompt tokens served from the cache
+        row["cached_share"] = float(run.cached_tokens.sum() / run.prompt_tokens.sum())
     return row
 
 
