@@ -5,8 +5,9 @@ CPU exactly as the v1 scheduler does for requests that run one after another: lo
 prefix cache, allocate the prompt's slots, then one slot per decoded token (the last sampled
 token is never fed back), and free the request. It returns the tokens each request hit, for
 ``tests/test_prefix.py`` to compare with ``kvlib.replay_prefix_cache`` and for ``kvlib.report.bench``
-to time. ``vllm_serving_run`` drives vLLM's v1 ``Scheduler`` itself on a virtual clock, for
-``tests/test_serving_sim_oracle.py`` to compare with ``simulate_serving``. vLLM is imported on
+to time. ``vllm_serving_run`` drives vLLM's v1 ``Scheduler`` itself on a virtual clock, with prefix
+caching off or (given prompt token ids) on, for ``tests/test_serving_sim_oracle.py`` to compare
+with ``simulate_serving``. vLLM is imported on
 first use; nothing else in kvlib needs it.
 """
 from __future__ import annotations
