@@ -450,7 +450,8 @@ class VllmBlockPool:
     counts each in-use block's readers (a hit shares a block another request holds); the free
     queue is ``unhashed`` interchangeable blocks at the front, then ``lru``: free hashed blocks,
     least recently freed first, cached until ``take`` evicts them. ``by_id`` maps a cached id to
-    its blocks in caching order (a lookup takes the first, as ``get_one_block`` does).
+    its block, or (an id cached twice) to its blocks in caching order: a lookup takes the first,
+    as vLLM's ``get_one_block`` does.
     """
 
     def __init__(self, num_blocks: int) -> None:
@@ -458,7 +459,7 @@ class VllmBlockPool:
         self.lru: OrderedDict[int, None] = OrderedDict()
         self.ref: dict[int, int] = {}
         self.hash_of: dict[int, int] = {}
-        self.by_id: dict[int, dict[int, None]] = {}
+        self.by_id: dict[int, int | dict[int, None]] = {}
         self.evicted_blocks = 0
         self._serial = 0
 
@@ -473,9 +474,9 @@ class VllmBlockPool:
         out, by_id = [], self.by_id
         for h in ids:
             blocks = by_id.get(h)
-            if not blocks:
+            if blocks is None:
                 break
-            out.append(next(iter(blocks)))
+            out.append(blocks if type(blocks) is int else next(iter(blocks)))
         return out
 
     def idle(self, blocks: Iterable[int]) -> int:
@@ -499,14 +500,19 @@ class VllmBlockPool:
         self.unhashed -= fresh
         out = list(range(self._serial, self._serial + fresh))
         self._serial += fresh
+        by_id, hash_of, pop = self.by_id, self.hash_of, self.lru.popitem
         for _ in range(n - fresh):
-            b, _ = self.lru.popitem(last=False)
-            h = self.hash_of.pop(b)
-            del self.by_id[h][b]
-            if not self.by_id[h]:
-                del self.by_id[h]
-            self.evicted_blocks += 1
+            b, _ = pop(last=False)
+            h = hash_of.pop(b)
+            blocks = by_id[h]
+            if type(blocks) is int:
+                del by_id[h]
+            else:
+                del blocks[b]
+                if not blocks:
+                    del by_id[h]
             out.append(b)
+        self.evicted_blocks += n - fresh
         for b in out:
             self.ref[b] = 1
         return out
@@ -514,7 +520,13 @@ class VllmBlockPool:
     def cache(self, block: int, h: int) -> None:
         """``block`` now holds the full block of id ``h`` (a second copy of an id is kept too)."""
         self.hash_of[block] = h
-        self.by_id.setdefault(h, {})[block] = None
+        blocks = self.by_id.get(h)
+        if blocks is None:
+            self.by_id[h] = block
+        elif type(blocks) is int:
+            self.by_id[h] = {blocks: None, block: None}
+        else:
+            blocks[block] = None
 
     def release(self, blocks: Sequence[int]) -> None:
         """Free a request's ``blocks``, tail first: a block no one reads any more goes to the

@@ -783,9 +783,10 @@ class _PrefixEngine(_Engine):
     def _cache(self, i: int, tokens: int) -> None:
         full = tokens // self.bs
         if full > self.hashed[i]:
-            blocks, cache = self.blocks[i], self.blocks_pool.cache
+            blocks, cache, ids = self.blocks[i], self.blocks_pool.cache, self.ids[i]
+            own = self.base + i * self.stride            # _id past the prompt's blocks
             for j in range(self.hashed[i], full):
-                cache(blocks[j], self._id(i, j))
+                cache(blocks[j], ids[j] if j < len(ids) else own + j)
             self.hashed[i] = full
 
     def _free(self, i: int) -> None:
