@@ -182,3 +182,16 @@ def test_heatmap_shows_extra_tooltip_columns():
     df = pd.DataFrame({"x": ["a", "b"], "y": ["g", "g"], "v": [1.0, 2.0], "n": [3, 4]})
     rect = charts.heatmap(df, "x", "y", "v", "x", "y", "v", tooltip=["n"]).to_dict()["layer"][0]
     assert [t["field"] for t in rect["encoding"]["tooltip"]] == ["x", "y", "v", "n"]
+
+
+def test_with_targets_draws_one_labelled_rule_per_target_on_the_charts_y():
+    df = pd.DataFrame({"load": [0.2, 1.0] * 2, "seconds": [0.3, 9.0, 0.02, 0.1],
+                       "metric": ["p99 TTFT"] * 2 + ["p99 TPOT"] * 2})
+    targets = pd.DataFrame({"seconds": [2.0, 0.05], "label": ["TTFT target", "TPOT target"]})
+    spec = charts.with_targets(charts.lines(df, "load", "seconds", "metric", "load", "s",
+                                            log_y=True), targets, "seconds").to_dict()
+    rule, text = spec["layer"][1], spec["layer"][2]
+    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "seconds"
+    assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "label"
+    rows = spec["datasets"][rule["data"]["name"]]
+    assert [(r["seconds"], r["label"]) for r in rows] == [(2.0, "TTFT target"), (0.05, "TPOT target")]

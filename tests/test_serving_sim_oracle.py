@@ -97,3 +97,53 @@ def test_generated_workloads_as_vllm(n, rate, cv, pool, budget, seqs, seed):
     kw = dict(pool_blocks=pool, step_time=LAW, max_num_batched_tokens=budget,
               max_num_seqs=seqs)
     assert_agrees(simulate_serving(req, arr, **kw), vllm_run(req, arr, **kw))
+
+
+def shared_prefix_workload(kind: str, seed: int = 0):
+    """Token ids for ``kind``: "system" (150 requests behind one of 3 system prompts of 1,000,
+    600 and 200 tokens, then 20–400 tokens of their own, 10 per s) or "multi-turn" (30
+    conversations of 5 turns, each turn's prompt the previous one plus 50–300 new tokens,
+    turns 4 s apart). Returns requests, arrivals and each request's prompt tokens."""
+    rng = np.random.default_rng(seed)
+    if kind == "system":
+        n = 150
+        conv = rng.integers(0, 3, n)
+        shared = np.array([1000, 600, 200])[conv]
+        own = rng.integers(20, 400, n)
+        arrival = np.cumsum(rng.exponential(1 / 10, n))
+    else:
+        n_conv, turns = 30, 5
+        conv = np.repeat(np.arange(n_conv), turns)
+        turn = np.tile(np.arange(turns), n_conv)
+        shared = np.cumsum(rng.integers(50, 300, (n_conv, turns)), axis=1).reshape(-1)
+        own = np.zeros_like(shared)
+        arrival = rng.uniform(0, 10, n_conv)[conv] + 4.0 * turn + rng.uniform(0, 1, len(conv))
+        order = np.argsort(arrival, kind="stable")
+        conv, shared, own, arrival = conv[order], shared[order], own[order], arrival[order]
+    output = rng.integers(1, 120, len(conv))
+    texts = [rng.integers(1, 50_000, 5000) for _ in range(int(conv.max()) + 1)]
+    tokens = [np.concatenate((texts[c][:s], rng.integers(50_000, 100_000, o)))
+              for c, s, o in zip(conv, shared, own)]
+    return np.column_stack((shared + own, output)), arrival - arrival[0], tokens
+
+
+# (workload, pool blocks): the system prompts' pool is small enough to preempt and evict
+PREFIX_WORKLOADS = {"shared system prompt": ("system", 200), "multi-turn": ("multi-turn", 1200)}
+
+
+@pytest.mark.parametrize("name", PREFIX_WORKLOADS)
+def test_prefix_caching_as_vllm_scheduler(name):
+    """vLLM's Scheduler with enable_prefix_caching and sha256 block hashes of real token ids
+    against simulate_serving with kvlib's own block ids of the same tokens."""
+    from kvlib.engines.prefix import block_requests, prompt_block_ids
+
+    kind, pool = PREFIX_WORKLOADS[name]
+    req, arr, tokens = shared_prefix_workload(kind)
+    theirs = vllm_run(req, arr, pool_blocks=pool, step_time=LAW, prompt_token_ids=tokens)
+    ours = simulate_serving(req, arr, pool_blocks=pool, step_time=LAW,
+                            prefix_ids=prompt_block_ids(block_requests(tokens, 16)))
+    assert_agrees(ours, theirs)
+    np.testing.assert_array_equal(ours.cached_tokens, theirs.cached_tokens)
+    assert ours.cached_tokens.sum() > 0.1 * req[:, 0].sum(), "the workload was meant to hit"
+    if kind == "system":
+        assert ours.preemptions > 0, "the small pool was meant to preempt"

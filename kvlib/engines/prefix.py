@@ -442,6 +442,129 @@ class VllmBlockCache:
             self._copy_keys.difference_update(keys)
 
 
+class VllmBlockPool:
+    """vLLM v1's ``BlockPool`` shared by requests running at once (``simulate_serving``'s
+    prefix caching): the concurrent form of ``VllmBlockCache``, with the same rules.
+
+    Physical blocks are numbered as they leave the unhashed part of the free queue. ``ref``
+    counts each in-use block's readers (a hit shares a block another request holds); the free
+    queue is ``unhashed`` interchangeable blocks at the front, then ``lru``: free hashed blocks,
+    least recently freed first, cached until ``take`` evicts them. ``by_id`` maps a cached id to
+    its block, or (an id cached twice) to its blocks in caching order: a lookup takes the first,
+    as vLLM's ``get_one_block`` does.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.unhashed = positive_integer("num_blocks", num_blocks)
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.ref: dict[int, int] = {}
+        self.hash_of: dict[int, int] = {}
+        self.by_id: dict[int, int | dict[int, None]] = {}
+        self.evicted_blocks = 0
+        self._serial = 0
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks no request holds, cached ones included."""
+        return self.unhashed + len(self.lru)
+
+    def lookup(self, ids: Iterable[int]) -> list[int]:
+        """Blocks of the longest cached run of ``ids`` (callers cut ``ids`` to the blocks a hit
+        may cover: never the last prompt token's)."""
+        out, by_id = [], self.by_id
+        for h in ids:
+            blocks = by_id.get(h)
+            if blocks is None:
+                break
+            out.append(blocks if type(blocks) is int else next(iter(blocks)))
+        return out
+
+    def idle(self, blocks: Iterable[int]) -> int:
+        """How many of ``blocks`` are free (touching them takes them off the free queue)."""
+        return sum(b in self.lru for b in blocks)
+
+    def touch(self, blocks: Iterable[int]) -> None:
+        """A hit: each block gains a reader; a free one leaves the free queue."""
+        ref, lru = self.ref, self.lru
+        for b in blocks:
+            if b in lru:
+                del lru[b]
+                ref[b] = 1
+            else:
+                ref[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        """``n`` new blocks from the front of the free queue: unhashed ones first, then the
+        least recently freed cached ones, whose ids are evicted."""
+        fresh = min(n, self.unhashed)
+        self.unhashed -= fresh
+        out = list(range(self._serial, self._serial + fresh))
+        self._serial += fresh
+        by_id, hash_of, pop = self.by_id, self.hash_of, self.lru.popitem
+        for _ in range(n - fresh):
+            b, _ = pop(last=False)
+            h = hash_of.pop(b)
+            blocks = by_id[h]
+            if type(blocks) is int:
+                del by_id[h]
+            else:
+                del blocks[b]
+                if not blocks:
+                    del by_id[h]
+            out.append(b)
+        self.evicted_blocks += n - fresh
+        for b in out:
+            self.ref[b] = 1
+        return out
+
+    def cache(self, block: int, h: int) -> None:
+        """``block`` now holds the full block of id ``h`` (a second copy of an id is kept too)."""
+        self.hash_of[block] = h
+        blocks = self.by_id.get(h)
+        if blocks is None:
+            self.by_id[h] = block
+        elif type(blocks) is int:
+            self.by_id[h] = {blocks: None, block: None}
+        else:
+            blocks[block] = None
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Free a request's ``blocks``, tail first: a block no one reads any more goes to the
+        back of the free queue if it is cached, otherwise to the front."""
+        ref = self.ref
+        for b in reversed(blocks):
+            ref[b] -= 1
+            if not ref[b]:
+                del ref[b]
+                if b in self.hash_of:
+                    self.lru[b] = None
+                else:
+                    self.unhashed += 1
+
+
+def shared_prefix_ids(prefix_id: ArrayLike, prefix_tokens: ArrayLike, prompt_tokens: ArrayLike,
+                      block_size: int = 16) -> list[list[int]]:
+    """Ids of each request's full prompt blocks when requests with the same ``prefix_id``
+    share their first ``prefix_tokens`` tokens and differ after them (a system prompt, a
+    conversation's history): ``simulate_serving``'s ``prefix_ids``. A request with
+    ``prefix_tokens`` 0 shares nothing. Ids are ≥ 0, chained like ``block_requests``' (equal
+    at block j only when the first j + 1 blocks are equal)."""
+    bs = positive_integer("block_size", block_size)
+    pid, shared, prompt = (np.asarray(x, dtype=np.int64).reshape(-1)
+                           for x in (prefix_id, prefix_tokens, prompt_tokens))
+    if not len(pid) == len(shared) == len(prompt):
+        raise ValueError("prefix_id, prefix_tokens and prompt_tokens need one value per request")
+    if (shared < 0).any() or (shared > prompt).any():
+        raise ValueError("prefix_tokens must lie between 0 and the request's prompt tokens")
+    n_shared = shared // bs
+    keys: dict[tuple[int, ...], int] = {}
+    out = []
+    for i, (p, k, t) in enumerate(zip(pid.tolist(), n_shared.tolist(), prompt.tolist())):
+        ids = [keys.setdefault((p, j), len(keys)) for j in range(k)]
+        out.append(ids + [keys.setdefault((i, j, 0), len(keys)) for j in range(k, t // bs)])
+    return out
+
+
 # --- SGLang: a radix tree with LRU leaf eviction ---------------------------------------------
 
 class _Node:

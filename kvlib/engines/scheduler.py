@@ -3,7 +3,7 @@
 ``simulate_serving`` replays requests arriving over time on one engine, on a virtual clock that
 advances by ``step_time(batch)`` after every step, and returns the latencies ``vllm bench serve``
 reports. Each step follows ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule()`` with its
-defaults (FCFS policy, chunked prefill, no prefix caching, no speculative decoding,
+defaults (FCFS policy, chunked prefill, prefix caching optional, no speculative decoding,
 ``long_prefill_token_threshold`` 0, watermark 0, ``scheduler_reserve_full_isl`` on):
 
 1. every request whose arrival time has passed joins the back of the WAITING queue; with nothing
@@ -42,16 +42,18 @@ the same batches and gives the same result. Below ``LIST_BELOW`` running request
 kept in Python lists, above ``TABLE_ABOVE`` in a numpy table (numpy's cost per call outweighs a
 short loop); both give the same run. 10,000 chat requests take under a second.
 
-Not simulated: prefix caching (kvlib's ``VllmBlockCache`` replays one request at a time, not
-requests sharing the pool concurrently), priority scheduling, speculative decoding, KV
-connectors, ``long_prefill_token_threshold``, a watermark, and ``max_model_len`` (a request is
-assumed to fit it).
+Prefix caching (``prefix_ids``, vLLM's ``enable_prefix_caching``) runs the same steps one at a
+time over a ``kvlib.engines.prefix.VllmBlockPool`` (``_PrefixEngine``): hits at admission, blocks
+shared between running requests, cached blocks kept free until evicted; checked against vLLM's
+scheduler with prefix caching on, hits included. Not simulated: priority scheduling,
+speculative decoding, KV connectors, ``long_prefill_token_threshold``, a watermark, and
+``max_model_len`` (a request is assumed to fit it).
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +61,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.checks import number, positive_integer
+from .prefix import VllmBlockPool
 
 StepTime = Callable[[NDArray[np.int64]], float]
 
@@ -129,6 +132,8 @@ class ServingRun:
     preemptions: int          # recompute preemptions, all requests together
     steps: int                # engine steps that scheduled tokens
     duration_s: float         # first arrival to last finish
+    cached_tokens: NDArray[np.int64] | None = None   # prefix caching: prompt tokens hit at
+                                                      # each request's first admission
 
     def summary(self, percentiles: tuple[float, ...] = (90, 99)) -> dict[str, float]:
         """The numbers ``vllm bench serve`` prints (its ``--save-result`` keys): completed,
@@ -185,7 +190,8 @@ def check_serving_inputs(requests: ArrayLike, arrival_s: ArrayLike
 
 def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: int,
                      block_size: int = 16, step_time: StepTime, max_num_seqs: int = 256,
-                     max_num_batched_tokens: int = 8192) -> ServingRun:
+                     max_num_batched_tokens: int = 8192,
+                     prefix_ids: Sequence[Sequence[int]] | None = None) -> ServingRun:
     """Serve ``requests`` ((n, 2) prompt and output tokens) arriving at ``arrival_s`` (seconds,
     non-decreasing) on a pool of ``pool_blocks`` blocks of ``block_size`` tokens, scheduled as vLLM
     v1 does (module docstring). ``step_time(batch)`` → seconds of one step, given a (k, 2) int
@@ -194,6 +200,10 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
 
     One request alone (prompt 100, output 3, ``LinearStepTime(6e-3, 6e-5)``): a 100-token step
     (12 ms, first token) and 2 decode steps (6.06 ms each): TTFT 12 ms, E2E 24.12 ms.
+    ``prefix_ids`` turns on vLLM's prefix caching (``enable_prefix_caching``): per request, the
+    ids of its prompt's full blocks (⌊prompt / block_size⌋ ints ≥ 0, equal where two prompts'
+    blocks and everything before them are equal: ``kvlib.engines.prefix.prompt_block_ids`` of
+    token ids, or ``shared_prefix_ids``); the run's ``cached_tokens`` gives each request's hit.
     Raises ValueError for a request the pool could never hold.
     """
     prompt, output, arrival = check_serving_inputs(requests, arrival_s)
@@ -211,6 +221,10 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
         i = int(np.argmax(need > pool))
         raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} tokens) needs "
                          f"{int(need[i]):,} blocks of {bs}; the pool has {pool:,}")
+    if prefix_ids is not None:
+        ids = _checked_prefix_ids(prefix_ids, prompt, bs)
+        return _PrefixEngine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
+                             ids).run()
     return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max).run()
 
 
@@ -703,3 +717,242 @@ class _Engine:
         self.all_decode = decodes or (not self.unfirst
                                       and all(r[SEQ] - r[COMP] == 1 for r in self.rows or ()))
         return done
+
+
+# --- prefix caching: the same schedule over vLLM's shared block pool ---------------------------
+
+def _checked_prefix_ids(prefix_ids: Sequence[Sequence[int]], prompt: NDArray[np.int64],
+                        bs: int) -> list[list[int]]:
+    """``prefix_ids`` checked: one list of ⌊prompt / block_size⌋ ints ≥ 0 per request."""
+    if len(prefix_ids) != len(prompt):
+        raise ValueError(f"prefix_ids has {len(prefix_ids)} entries for {len(prompt)} requests")
+    out = []
+    for i, (ids, p) in enumerate(zip(prefix_ids, prompt.tolist())):
+        ids = [int(x) for x in ids]
+        if len(ids) != p // bs or (ids and min(ids) < 0):
+            raise ValueError(f"request {i}: prefix_ids needs {p // bs} ids >= 0 (one per full "
+                             f"{bs}-token block of its {p} prompt tokens), got {len(ids)}")
+        out.append(ids)
+    return out
+
+
+class _PrefixEngine(_Engine):
+    """``simulate_serving`` with prefix caching: vLLM's steps (module docstring) over a
+    ``VllmBlockPool`` that names each request's blocks. Admission looks up the longest cached
+    run of the request's blocks short of its last token, needs free blocks for the rest of its
+    sequence plus the free blocks the hit takes off the free queue, starts with computed
+    tokens = the hit, and takes new blocks only for the tokens it schedules. Every allocation
+    caches the full blocks it completes (so a request admitted later in the same step can hit
+    them); finished and preempted requests free their blocks tail first, cached ones kept until
+    evicted. Blocks past the prompt's full ones (output tokens) are the request's own.
+
+    Runs of pure decode steps advance at once as in ``_Engine`` (their new blocks come off the
+    free queue together: the blocks they cache are in use, so the order of the takes changes
+    no eviction), and a waiting head that cannot be admitted stays so during such a run (free
+    blocks only fall, and an eviction only shortens its hit)."""
+
+    def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
+                 arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
+                 max_seqs: int, budget: int, ids: list[list[int]]) -> None:
+        super().__init__(prompt, output, arrival, pool, bs, step_time, max_seqs, budget)
+        n = self.n
+        self.p, self.o = prompt.tolist(), output.tolist()
+        self.blocks_pool = VllmBlockPool(pool)
+        self.ids = ids
+        self.stride = max(_cdiv(p + o, bs) for p, o in zip(self.p, self.o)) + 1
+        self.base = max((max(x) for x in ids if x), default=-1) + 1   # output blocks' ids
+        self.comp = [0] * n
+        self.blocks: list[list[int]] = [[] for _ in range(n)]
+        self.hashed = [0] * n                 # leading blocks of each request already cached
+        self.cached = np.full(n, -1, dtype=np.int64)
+        self.last_t = [0.0] * n
+        self.running: list[int] = []
+
+    def _id(self, i: int, j: int) -> int:
+        ids = self.ids[i]
+        return ids[j] if j < len(ids) else self.base + i * self.stride + j
+
+    def _allocate(self, i: int, tokens: int) -> None:
+        """Give request ``i`` blocks for ``tokens`` tokens and cache its full ones."""
+        blocks = self.blocks[i]
+        grow = _cdiv(tokens, self.bs) - len(blocks)
+        if grow > 0:
+            blocks += self.blocks_pool.take(grow)
+        self._cache(i, tokens)
+
+    def _cache(self, i: int, tokens: int) -> None:
+        full = tokens // self.bs
+        if full > self.hashed[i]:
+            blocks, cache, ids = self.blocks[i], self.blocks_pool.cache, self.ids[i]
+            own = self.base + i * self.stride            # _id past the prompt's blocks
+            for j in range(self.hashed[i], full):
+                cache(blocks[j], ids[j] if j < len(ids) else own + j)
+            self.hashed[i] = full
+
+    def _free(self, i: int) -> None:
+        self.blocks_pool.release(self.blocks[i])
+        self.blocks[i], self.hashed[i] = [], 0
+
+    def _lookup(self, h: int) -> tuple[int, list[int]]:
+        """The waiting request ``h``'s tokens and the blocks its lookup hits."""
+        tokens = self.p[h] + self.produced[h]
+        ids, limit = self.ids[h], (tokens - 1) // self.bs
+        if limit > len(ids):                   # a preempted request: its output blocks too
+            ids = ids + [self._id(h, j) for j in range(len(ids), limit)]
+        return tokens, self.blocks_pool.lookup(ids[:limit])
+
+    def _admissible(self, h: int) -> tuple[int, list[int]] | None:
+        tokens, hit = self._lookup(h)
+        pool = self.blocks_pool
+        if _cdiv(tokens, self.bs) - len(hit) + pool.idle(hit) > pool.free_blocks:
+            return None
+        return tokens, hit
+
+    def _decodes_only(self) -> bool:
+        """Every running request decodes one token (after its first) and none is admitted."""
+        running, comp, p, produced = self.running, self.comp, self.p, self.produced
+        if not running or len(running) > self.budget or not all(
+                produced[i] and comp[i] == p[i] + produced[i] - 1 for i in running):
+            return False
+        return (not self.waiting or len(running) >= min(self.max_seqs, self.budget)
+                or self._admissible(self.waiting[0]) is None)
+
+    def _decode_run(self) -> int:
+        """``_Engine._decode_run`` over named blocks."""
+        running, bs, pool = self.running, self.bs, self.blocks_pool
+        comp = [self.comp[i] for i in running]
+        k = len(running)
+        free = pool.free_blocks
+        m = m_finish = min(self.o[i] - self.produced[i] for i in running)
+        if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
+            hist = [0] * bs
+            for c in comp:
+                hist[c % bs] += 1
+            demand = fits = 0
+            for j in range(m):
+                demand += hist[-j % bs]
+                if demand > free:
+                    break
+                fits = j + 1
+            m = fits
+            if m == 0:
+                return self._step()
+        m, dt, ends = self._run_times(np.asarray(comp, dtype=np.int64), m)
+        grow = [_cdiv(c + m, bs) - len(self.blocks[i]) for i, c in zip(running, comp)]
+        taken = pool.take(sum(grow))
+        at = 0
+        clock = float(ends[m])
+        e1 = float(ends[1])
+        for i, c, g in zip(running, comp, grow):
+            self.blocks[i] += taken[at:at + g]
+            at += g
+            self._cache(i, c + m)
+            self.comp[i] = c + m
+            self.produced[i] += m
+            self.itl_one_f.append(e1 - self.last_t[i])
+            self.last_t[i] = clock
+        if m > 1:
+            self.itl_v += dt[1:m].tolist()
+            self.itl_k += [k] * (m - 1)
+        self.clock = clock
+        self.steps += m
+        if m < m_finish:
+            return 0
+        done = [i for i in running if self.produced[i] == self.o[i]]
+        return self._retire(done)
+
+    def _retire(self, done: list[int]) -> int:
+        for i in done:
+            self.finish[i] = self.clock
+            self._free(i)
+        if done:
+            gone = set(done)
+            self.running = [i for i in self.running if i not in gone]
+        return len(done)
+
+    def _step(self) -> int:
+        bs, pool, comp, blocks = self.bs, self.blocks_pool, self.comp, self.blocks
+        running, left = self.running, self.budget
+        batch: list[tuple[int, int]] = []
+        sched: list[tuple[int, int]] = []
+        preempted = False
+        k = 0
+        while k < len(running) and left > 0:
+            i = running[k]
+            s = min(self.p[i] + self.produced[i] - comp[i], left)
+            grow = _cdiv(comp[i] + s, bs) - len(blocks[i])
+            while grow > pool.free_blocks:
+                v = running.pop()              # preempt the last running request
+                self._free(v)
+                comp[v] = 0
+                self.preemptions += 1
+                preempted = True
+                self.waiting.appendleft(v)
+                if v == i:
+                    break
+            if k == len(running):              # it preempted itself: the pass ends
+                break
+            self._allocate(i, comp[i] + s)
+            batch.append((s, comp[i]))
+            sched.append((i, s))
+            left -= s
+            k += 1
+        while not preempted and left > 0 and self.waiting and len(running) < self.max_seqs:
+            h = self.waiting[0]
+            fit = self._admissible(h)
+            if fit is None:
+                break
+            tokens, hit = fit
+            self.waiting.popleft()
+            pool.touch(hit)
+            blocks[h], self.hashed[h] = hit, len(hit)
+            comp[h] = len(hit) * bs
+            if self.cached[h] < 0:
+                self.cached[h] = comp[h]
+            s = min(tokens - comp[h], left)
+            self._allocate(h, comp[h] + s)
+            running.append(h)
+            batch.append((s, comp[h]))
+            sched.append((h, s))
+            left -= s
+        if not batch:
+            raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
+                               "request alone)")
+        clock = self.clock = self.clock + self._time(np.array(batch, dtype=np.int64))
+        self.steps += 1
+        done = []
+        for i, s in sched:
+            comp[i] += s
+            if comp[i] == self.p[i] + self.produced[i]:
+                if math.isnan(self.first[i]):
+                    self.first[i] = clock
+                else:
+                    self.itl_one_f.append(clock - self.last_t[i])
+                self.last_t[i] = clock
+                self.produced[i] += 1
+                if self.produced[i] == self.o[i]:
+                    done.append(i)
+        return self._retire(done)
+
+    def run(self) -> ServingRun:
+        n, arrival = self.n, self.arrival
+        done = 0
+        while done < n:
+            self._arrive()
+            if not self.running and not self.waiting:
+                self.clock = max(self.clock, float(arrival[self.next_arrival]))
+                continue
+            done += self._decode_run() if self._decodes_only() else self._step()
+        if not np.isfinite(self.finish).all():
+            raise ValueError("step_time gave a time that is not finite")
+        output = self.output
+        multi = output > 1
+        tpot = np.zeros(n)
+        tpot[multi] = (self.finish[multi] - self.first[multi]) / (output[multi] - 1)
+        itl_v = np.concatenate([np.asarray(self.itl_one_f, dtype=np.float64),
+                                np.asarray(self.itl_v, dtype=np.float64)])
+        itl_w = np.concatenate([np.ones(len(self.itl_one_f), dtype=np.int64),
+                                np.asarray(self.itl_k, dtype=np.int64)])
+        return ServingRun(self.prompt, output, arrival, self.first - arrival, tpot,
+                          self.finish - arrival, itl_v, itl_w, self.preemptions, self.steps,
+                          float(self.finish.max() - arrival[0]), self.cached)

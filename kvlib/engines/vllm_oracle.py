@@ -5,8 +5,9 @@ CPU exactly as the v1 scheduler does for requests that run one after another: lo
 prefix cache, allocate the prompt's slots, then one slot per decoded token (the last sampled
 token is never fed back), and free the request. It returns the tokens each request hit, for
 ``tests/test_prefix.py`` to compare with ``kvlib.replay_prefix_cache`` and for ``kvlib.report.bench``
-to time. ``vllm_serving_run`` drives vLLM's v1 ``Scheduler`` itself on a virtual clock, for
-``tests/test_serving_sim_oracle.py`` to compare with ``simulate_serving``. vLLM is imported on
+to time. ``vllm_serving_run`` drives vLLM's v1 ``Scheduler`` itself on a virtual clock, with prefix
+caching off or (given prompt token ids) on, for ``tests/test_serving_sim_oracle.py`` to compare
+with ``simulate_serving``. vLLM is imported on
 first use; nothing else in kvlib needs it.
 """
 from __future__ import annotations
@@ -102,8 +103,15 @@ _CONFIG_DIR: str | None = None
 
 def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_size: int = 16,
                      step_time: Any, max_num_seqs: int = 256,
-                     max_num_batched_tokens: int = 8192) -> Any:
+                     max_num_batched_tokens: int = 8192,
+                     prompt_token_ids: Sequence[Any] | None = None) -> Any:
     """``kvlib.simulate_serving``'s run, scheduled by vLLM 0.33's own v1 ``Scheduler`` on the CPU.
+
+    ``prompt_token_ids`` (one token-id sequence per request, ids below 100,000) turns on vLLM's
+    prefix caching (``enable_prefix_caching``, sha256 block hashes); request i then samples
+    token 100,000 + i every step, so no two requests' output blocks hash alike, and the run's
+    ``cached_tokens`` holds each request's hit at its first admission. Without them prompts are
+    all token 1 and prefix caching is off.
 
     Before each ``schedule()`` every request whose arrival has passed is added; after it the
     virtual clock advances by ``step_time`` of the batch — (tokens scheduled, tokens computed
@@ -134,8 +142,18 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
                                    is_encoder_decoder=False)
     model_config = ModelConfig(model=_llama_config_dir(), dtype="bfloat16",
                                skip_tokenizer_init=True, max_model_len=max_model_len)
+    caching = prompt_token_ids is not None
+    if caching:
+        tokens = [np.asarray(t, dtype=np.int64).tolist() for t in prompt_token_ids]
+        if [len(t) for t in tokens] != prompt.tolist():
+            raise ValueError("prompt_token_ids must hold each request's prompt tokens")
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        init_none_hash(sha256)
+        hasher = get_request_block_hasher(block_size, sha256)
     cache_config = CacheConfig(block_size=block_size, cache_dtype="auto",
-                               enable_prefix_caching=False)
+                               enable_prefix_caching=caching)
     cache_config.num_gpu_blocks = pool_blocks + 1
     vllm_config = VllmConfig(model_config=model_config, cache_config=cache_config,
                              scheduler_config=sched_config)
@@ -149,15 +167,17 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     last = np.zeros(n)
+    cached = np.full(n, -1, dtype=np.int64)
     itls: list[float] = []
     clock = float(arrival[0])
     nxt, steps, done = 0, 0, 0
     seen: list[Any] = []
     while done < n:
         while nxt < n and arrival[nxt] <= clock:
-            req = Request(str(nxt), [1] * int(prompt[nxt]),
+            req = Request(str(nxt), tokens[nxt] if caching else [1] * int(prompt[nxt]),
                           SamplingParams(max_tokens=int(output[nxt]), ignore_eos=True),
-                          None, arrival_time=float(arrival[nxt]))
+                          None, arrival_time=float(arrival[nxt]),
+                          block_hasher=hasher if caching else None)
             seen.append(req)
             s.add_request(req)
             nxt += 1
@@ -170,6 +190,9 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
             raise RuntimeError("vLLM's scheduler scheduled nothing")
         batch = np.array([(t, s.requests[rid].num_computed_tokens - t)    # computed before
                           for rid, t in scheduled.items()], dtype=np.int64)
+        for rid, t in scheduled.items():
+            if cached[int(rid)] < 0:
+                cached[int(rid)] = s.requests[rid].num_computed_tokens - t
         clock += float(step_time(batch))
         steps += 1
         all_ids = list(scheduled)
@@ -178,7 +201,8 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
         sampling = set(ids)
         mro = ModelRunnerOutput(req_ids=all_ids,
                                 req_id_to_index={r: i for i, r in enumerate(all_ids)},
-                                sampled_token_ids=[[0] if r in sampling else []
+                                sampled_token_ids=[[100_000 + int(r) if caching else 0]
+                                                   if r in sampling else []
                                                    for r in all_ids])
         for rid in ids:
             i = int(rid)
@@ -198,4 +222,4 @@ def vllm_serving_run(requests: Any, arrival_s: Any, *, pool_blocks: int, block_s
     itl = np.asarray(itls)
     return ServingRun(prompt, output, arrival, first - arrival, tpot, finish - arrival, itl,
                       np.ones(len(itl), dtype=np.int64), preemptions, steps,
-                      float(finish.max() - arrival[0]))
+                      float(finish.max() - arrival[0]), cached if caching else None)

@@ -315,6 +315,17 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
     return responsive(layout(COLUMN_WIDTH, panels), layout(PHONE_WIDTH, 1))
 
 
+def with_targets(chart: alt.TopLevelMixin, targets: pd.DataFrame, y: str,
+                 label: str = "label") -> alt.LayerChart:
+    """``chart`` with a dashed horizontal rule at each ``targets[y]`` (the same field as the
+    chart's y, so the rules share its scale), labelled by ``targets[label]`` at the left edge."""
+    rules = alt.Chart(targets).encode(y=f"{y}:Q")
+    return alt.layer(chart,
+                     rules.mark_rule(strokeDash=[6, 3], color="#444", strokeWidth=1.2),
+                     rules.mark_text(align="left", baseline="bottom", dy=-2, color="#444",
+                                     fontSize=10).encode(x=alt.value(4), text=f"{label}:N"))
+
+
 def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
                      marks: pd.DataFrame | None = None, mark_label: str = "label",
                      dashed: str | None = None, log_x: bool = False,

@@ -348,6 +348,19 @@ def _sim(quantity: str, **inputs: Any) -> float:
     return simulated(quantity, **inputs)
 
 
+def _serving_advice(question: str, **inputs: Any) -> float:
+    """The article's serving advice by simulation (``kvlib.serve.advice``): ``"budget"`` → the
+    token budget its goal favours (tokens), ``"preemptions"`` → preemptions once the pool grows."""
+    from ..serve import advice
+
+    integer("n_requests", inputs.get("n_requests", 0), minimum=1, maximum=MAX_SIM_REQUESTS)
+    if question == "budget":
+        return advice.serving_budget(**inputs)
+    if question == "preemptions":
+        return advice.preemptions_with_pool(**inputs)
+    raise ValueError(f"unknown serving question {question!r}; one of budget, preemptions")
+
+
 def _engine_block_size(engine: str, version: str = "current") -> int:
     """An engine's default KV block size in tokens (``data/engine_block_sizes.csv``)."""
     from ..engines.paging import engine_block_size
@@ -475,6 +488,7 @@ COMPUTATIONS: dict[str, Callable[..., float]] = {
     "quoted": _quoted,
     "arithmetic": _arithmetic,
     "sim": _sim,
+    "serving_advice": _serving_advice,
     "engine_block_size": _engine_block_size,
     "pool_tokens": _pool_tokens,
     "pool_kv_bytes": _pool_kv_bytes,

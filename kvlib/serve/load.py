@@ -61,12 +61,14 @@ def arrival_times(n: int, request_rate: float, burstiness: float = 1.0,
 
 def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: float | None = None,
                 concurrency: int | None = None, burstiness: float = 1.0, seed: int = 0,
-                **deployment_keywords: Any) -> ServingRun:
+                prefix_ids: Any = None, **deployment_keywords: Any) -> ServingRun:
     """What ``vllm bench serve`` would measure for ``requests`` ((n, 2) prompt and output tokens)
     on one replica of ``deployment``: open loop at ``request_rate``, closed loop at
     ``concurrency``, or both (requests sent at the rate, at most ``concurrency`` in flight).
     Latencies run from the moment the client sends a request. A step carries the engine's
-    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes)."""
+    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes).
+    ``prefix_ids`` (the ids of each prompt's full blocks,
+    ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching."""
     d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)
                            if deployment_keywords else as_deployment(deployment))
     reqs = np.asarray(requests)
@@ -92,7 +94,7 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
                          "(the weights and start-up buffers fill the memory)")
     run = simulate_serving(reqs, sent, pool_blocks=pool.num_blocks, block_size=pool.block_size,
                            step_time=StepTimer(d), max_num_seqs=seqs,
-                           max_num_batched_tokens=start.step_tokens(seqs))
+                           max_num_batched_tokens=start.step_tokens(seqs), prefix_ids=prefix_ids)
     if concurrency is None or concurrency >= len(reqs):
         return run
     return _closed_loop(run, sent, concurrency)
@@ -115,7 +117,7 @@ def _closed_loop(run: ServingRun, sent: np.ndarray, concurrency: int) -> Serving
     shift = send - run.arrival_s
     return ServingRun(run.prompt_tokens, run.output_tokens, send, run.ttft_s - shift, run.tpot_s,
                       run.e2e_s - shift, run.itl_s, run.itl_weight, run.preemptions, run.steps,
-                      float(finish.max() - send.min()))
+                      float(finish.max() - send.min()), run.cached_tokens)
 
 
 #: The share of a run's requests, by send order, left out at each end when a latency target is
@@ -290,7 +292,8 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
 def run_row(run: ServingRun, **labels: Any) -> dict[str, Any]:
     """One row of a sweep: ``labels``, then what ``vllm bench serve`` reports of ``run`` in
     seconds and per second (p50/p90/p99 TTFT, TPOT and E2E; request and output throughput), the
-    users in flight by Little's law (completed rate × mean E2E) and the preemptions."""
+    users in flight by Little's law (completed rate × mean E2E), the preemptions and, with
+    prefix caching, ``cached_share`` (prompt tokens hit ÷ prompt tokens)."""
     s = run.summary()
     row = dict(labels)
     for metric in ("ttft", "tpot", "e2el"):
@@ -300,14 +303,17 @@ def run_row(run: ServingRun, **labels: Any) -> dict[str, Any]:
                output_throughput=s["output_throughput"],
                in_flight=s["request_throughput"] * float(run.e2e_s.mean()),
                preemptions=run.preemptions)
+    if run.cached_tokens is not None:      # prefix caching: prompt tokens served from the cache
+        row["cached_share"] = float(run.cached_tokens.sum() / run.prompt_tokens.sum())
     return row
 
 
 def rate_sweep(deployment: Deployment | Any, requests: Any, rates: Any, *,
-               burstiness: float = 1.0, seed: int = 0) -> pd.DataFrame:
+               burstiness: float = 1.0, seed: int = 0, prefix_ids: Any = None) -> pd.DataFrame:
     """``bench_serve`` at each request rate of ``rates`` (requests/s), one ``run_row`` each
     (column ``request_rate``)."""
     d = _engine_deployment(as_deployment(deployment))
     return pd.DataFrame([run_row(bench_serve(d, requests, request_rate=float(r),
-                                             burstiness=burstiness, seed=seed),
+                                             burstiness=burstiness, seed=seed,
+                                             prefix_ids=prefix_ids),
                                  request_rate=float(r)) for r in rates])
