@@ -124,3 +124,13 @@ def test_measured_error_table_by_band() -> None:
     assert table.loc["light", "median_tpot_s median |error|"] == pytest.approx(0.2)
     assert table.loc["past", "request_throughput points"] == 1
     assert measured.signed_median(errors, "median_tpot_s") == pytest.approx(0.1)
+
+
+def test_max_rates_at_slos_are_max_rate_at_slo_each() -> None:
+    d = kvlib.Deployment("llama-3.1-8b", "h100-sxm")
+    reqs = workloads.random_lengths(60, 1000, 100, 0.5, seed=0)
+    slos = [load.SLO(ttft_s=0.5), load.SLO(tpot_s=0.02, percentile=50)]
+    shared = load.max_rates_at_slos(d, reqs, slos)
+    alone = [load.max_rate_at_slo(d, reqs, s) for s in slos]
+    assert [c.rate_rps for c in shared] == [c.rate_rps for c in alone]
+    assert [c.concurrency for c in shared] == [c.concurrency for c in alone]
