@@ -245,7 +245,7 @@
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo),
            side);
       tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens");
-      frontier(options, price);
+      frontier(options, price, n);
       var batch = v("batch");
       line("kc-batch", batch === 1
         ? "1 request at a time: its prompt is prefilled alone before it decodes, so input " +
@@ -355,18 +355,25 @@
     }
 
     // Cost against per-user speed at the full batch, one point per GPU count of this case.
-    function frontier(options, price) {
+    function frontier(options, price, chosen) {
       var pts = options.filter(function (o) { return o[8] > 0; }).map(function (o) {
         return { n: o[8], x: o[cols.per_user_tokens_per_s], y: o[cols.output_cost] * price };
       });
       if (pts.length < 2) { return; }
       var W = 320, H = 150, L = 52, B = 30, ns = "http://www.w3.org/2000/svg";
       var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
-      var x0 = 0, x1 = Math.max.apply(null, xs) * 1.15, y0 = 0, y1 = Math.max.apply(null, ys) * 1.15;
+      // each axis spans its points, padded by a tenth of their range (or of the value)
+      function span(v) {
+        var lo = Math.min.apply(null, v), hi = Math.max.apply(null, v);
+        var pad = (hi - lo) * 0.1 || lo * 0.1 || 1;
+        return [lo, hi, lo - pad, hi + pad];
+      }
+      var sx = span(xs), sy = span(ys), x0 = sx[2], x1 = sx[3], y0 = sy[2], y1 = sy[3];
       var fig = el("figure", { "class": "kc-frontier" });
       var svg = document.createElementNS(ns, "svg");
       svg.setAttribute("viewBox", "0 0 " + W + " " + H);
       svg.setAttribute("role", "img");
+      svg.setAttribute("style", "width: 100%; max-width: 440px; display: block");
       function node(tag, attrs, text) {
         var n = document.createElementNS(ns, tag);
         Object.keys(attrs).forEach(function (k) { n.setAttribute(k, attrs[k]); });
@@ -374,21 +381,23 @@
         svg.appendChild(n);
         return n;
       }
-      function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - 10); }
+      function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - 45); }
       function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - B - 10); }
       node("line", { x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "currentColor" });
       node("line", { x1: L, y1: 10, x2: L, y2: H - B, stroke: "currentColor" });
       node("text", { x: (L + W) / 2, y: H - 4, "text-anchor": "middle", "font-size": "10" },
            "tokens/s per user");
       node("text", { x: 4, y: 8, "font-size": "10" }, "$ per 1M output tokens");
-      node("text", { x: L - 4, y: py(y1 / 1.15) + 3, "text-anchor": "end", "font-size": "9" },
-           money(y1 / 1.15));
-      node("text", { x: px(x1 / 1.15), y: H - B + 11, "text-anchor": "middle", "font-size": "9" },
-           sig3(x1 / 1.15));
+      [sy[0], sy[1]].forEach(function (y) {
+        node("text", { x: L - 4, y: py(y) + 3, "text-anchor": "end", "font-size": "9" }, money(y));
+      });
+      [sx[0], sx[1]].forEach(function (x) {
+        node("text", { x: px(x), y: H - B + 11, "text-anchor": "middle", "font-size": "9" }, sig3(x));
+      });
       node("polyline", { points: pts.map(function (p) { return px(p.x) + "," + py(p.y); }).join(" "),
                          fill: "none", stroke: "#4c78a8" });
       pts.forEach(function (p) {
-        var c = node("circle", { cx: px(p.x), cy: py(p.y), r: p.n === r[8] ? 5 : 3.5,
+        var c = node("circle", { cx: px(p.x), cy: py(p.y), r: p.n === chosen ? 5 : 3.5,
                                  fill: "#4c78a8", "data-n": p.n });
         c.appendChild(document.createElementNS(ns, "title")).textContent =
           p.n + " GPUs: " + sig3(p.x) + " tokens/s per user, " + money(p.y) + " per 1M";
