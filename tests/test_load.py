@@ -128,7 +128,7 @@ def test_measured_error_table_by_band() -> None:
 
 def test_max_rates_at_slos_are_max_rate_at_slo_each() -> None:
     d = kvlib.Deployment("llama-3.1-8b", "h100-sxm")
-    reqs = workloads.random_lengths(60, 1000, 100, 0.5, seed=0)
+    reqs = workloads.random_lengths(30, 1000, 100, 0.5, seed=0)
     slos = [load.SLO(ttft_s=0.5), load.SLO(tpot_s=0.02, percentile=50)]
     shared = load.max_rates_at_slos(d, reqs, slos)
     alone = [load.max_rate_at_slo(d, reqs, s) for s in slos]
