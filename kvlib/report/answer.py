@@ -17,6 +17,11 @@ the price per GPU-hour, so the grid holds them at $1 and the page multiplies by 
   case that does not fit says why and what would (``would_fit``).
 * What to buy (``cheapest``): per model and request, the cheapest GPU × count whose per-user
   speed reaches a floor at market prices.
+* More GPUs per replica (``tp_choices``): the grid's cases again on every larger TP degree.
+* Latency targets (``slo_grid``, ``at_target``, ``cheapest_at_slo``): the request rate one
+  replica sustains within each of a few TTFT and per-user-speed targets (``serve.load``'s
+  search, precomputed for a few cases), the fleet a peak rate needs, its $ per 1M tokens over
+  a day of paid GPU-hours, and the cheapest GPU that meets a target.
 """
 from __future__ import annotations
 
