@@ -389,3 +389,53 @@ def test_buy_table_puts_the_deciding_column_first():
         0]["$ per GPU-hour (offers)"] == "$2.35 (1 offer)"
     with pytest.raises(ValueError, match="not priced at its spot market price"):
         answer.buy_table(buy, kind="spot")  # priced on demand, labelled spot
+
+
+def _slo_frame(rates: dict[tuple[str, float], float]) -> pd.DataFrame:
+    """A latency grid of one case (8B on one H100, 7,168 + 1,024 tokens) with ``rates``."""
+    case = dict(model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
+                gpu_memory_utilization=0.9, gpu="h100-sxm", max_model_len=8192,
+                input_tokens=7168, output_tokens=1024, n_gpus=1)
+    return pd.DataFrame([{**case, "bound": b, "target": t, "rate_rps": r, "saturated_rps": 2.0,
+                          "concurrency": 40 * r, "n_requests": 200, "tolerance": 0.02}
+                         for (b, t), r in rates.items()])
+
+
+def test_at_target_takes_the_lower_rate_and_prices_a_day():
+    slo = _slo_frame({("ttft", 2.0): 1.5, ("speed", 20.0): 1.2, ("speed", 40.0): 0.0})
+    (row,) = answer.at_target(slo, ttft_s=2.0, speed=20.0, peak_rps=5, prices={"h100-sxm": 3.0},
+                              duty_cycle=0.25).itertuples()
+    # the speed bound binds: 1.2 requests/s, 48 users; ⌈5 ÷ 1.2⌉ = 5 replicas of 1 GPU, $15/h;
+    # a day: 5 × 0.25 × 86,400 = 108,000 requests × 1,024 tokens for 24 × $15 = $360
+    assert (row.rate_rps, row.users, row.replicas, row.gpus) == (1.2, 48.0, 5, 5)
+    assert row.dollars_per_hour == 15.0
+    assert row.output_cost == pytest.approx(360 / (108_000 * 1024) * 1e6)  # $3.255
+    missed = answer.at_target(slo, ttft_s=2.0, speed=40.0, peak_rps=5, prices={"h100-sxm": 3.0})
+    assert missed["replicas"].iloc[0] == 0 and math.isnan(missed["output_cost"].iloc[0])
+    with pytest.raises(ValueError, match="no speed target 30"):
+        answer.at_target(slo, ttft_s=2.0, speed=30.0, peak_rps=5, prices={})
+    buy = answer.cheapest_at_slo(slo, ttft_s=2.0, speed=20.0, peak_rps=5)
+    assert buy["gpu"].iloc[0] == "h100-sxm" and buy["replicas"].iloc[0] == 5
+    small = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
+                               requests=[(7168, 1024)])
+    no_ttft = pd.DataFrame({"batch_range": [], "n": [], "median": [], "low": [], "high": []})
+    data = answer.calculator_data(small, answer.prefix_input_costs(small),
+                                  models=["llama-3.1-8b"], default={}, ttft=no_ttft, slo=slo)
+    # the page's case key: indices of model, weights, kv, utilization, gpu; lengths; n_gpus
+    assert data["slo"]["cases"]["0|0|0|0|0|8192|0|0|1"] == [2, [1.5, 60], [1.2, 48], [0, 0]]
+
+
+def test_more_gpus_per_replica_are_the_serving_pipeline(grid):
+    more = answer.tp_choices(grid)
+    def case(frame):
+        return frame[(frame["model"] == "llama-3.1-8b") & (frame["gpu"] == "h100-sxm")
+                     & (frame["weights"] == "bf16") & (frame["max_model_len"] == 8192)
+                     & (frame["input_tokens"] == 7168)]
+    one, counts = case(grid).iloc[0], case(more)
+    assert one["n_gpus"] == 1 and sorted(counts["n_gpus"]) == [2, 4, 8]
+    four = counts[counts["n_gpus"] == 4].iloc[0]
+    point = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
+                          n_gpus=4, max_model_len=8192, kv_dtype="bf16",
+                          gpu_memory_utilization=0.9)
+    assert (four["batch"], four["tokens_per_s"]) == (point.batch, point.tokens_per_s)
+    assert not (more["gpu"] == "a100-80gb").any() or (more["n_gpus"] > 1).all()

@@ -294,7 +294,8 @@ def test_what_to_buy_shows_its_deciding_column_on_a_phone(built_book, server, re
     assert not hidden, f"{len(hidden)} cells of {deciding!r} lie outside the table's box at 390 px"
 
 
-def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader):
+def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader,
+                                                                     executed_book):
     """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
     the price follows the GPU and the kind of offer; every other control changes the figures;
     a case that does not fit says why and what would; the CSV downloads resolve offline."""
@@ -319,6 +320,24 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     assert calc.locator("[data-kc=tps] .kc-range").inner_text().startswith("error band ")
     assert "a lower bound" in calc.locator("[data-kc=ttft]").inner_text()
     assert "0.92" in calc.locator("select[name=utilization]").locator("option").all_inner_texts()
+
+    # at the starting latency target the page shows the chapter's sized fleet; the day's price
+    # scales with the share at peak; more GPUs per replica redraw both, and the frontier marks it
+    import nbformat
+    cells = nbformat.read(executed_book / "00_answer.ipynb", as_version=4).cells
+    glued = {o["metadata"]["scrapbook"]["name"]: o["data"]["application/papermill.record/text/plain"]
+             for c in cells for o in c.get("outputs", []) if "scrapbook" in o.get("metadata", {})}
+    for key, name in (("slo_rate", "l_rate"), ("slo_replicas", "l_replicas"),
+                      ("slo_gpus", "l_gpus"), ("slo_hour", "l_hour"), ("slo_output", "l_cost")):
+        assert shown[key] == pytest.approx(float(glued[name]), rel=6e-3), (key, shown[key])
+    assert "TTFT is a floor" in calc.locator(".kc-slo-error").inner_text()
+    _pick(calc, "duty", "25 %")
+    assert _tiles(calc)["slo_output"] == pytest.approx(4 * shown["slo_output"], rel=6e-3)
+    assert calc.locator(".kc-frontier circle").count() == 4  # 1, 2, 4 and 8 H100s
+    _pick(calc, "n_gpus", "4")
+    assert _tiles(calc)["gpus"] == 4 and "were simulated for fewer cases" in _card_text(calc)
+    _pick(calc, "n_gpus", "1")
+    _pick(calc, "duty", "100 %")
 
     # the price follows the GPU (L4: the median of its two dated offers, $0.75) and the kind
     _pick(calc, "gpu", "NVIDIA L4")

@@ -139,3 +139,13 @@ def test_bench_serve_uses_the_deployments_own_engine():
     # one of the first two has finished
     run = load.bench_serve(sg.with_(max_num_seqs=2), [[100, 10]] * 6)
     assert np.sort(run.ttft_s)[2] > np.sort(run.e2e_s)[0]
+
+
+def test_max_rates_at_slos_are_max_rate_at_slo_each() -> None:
+    d = kvlib.Deployment("llama-3.1-8b", "h100-sxm")
+    reqs = workloads.random_lengths(30, 1000, 100, 0.5, seed=0)
+    slos = [load.SLO(ttft_s=0.5), load.SLO(tpot_s=0.02, percentile=50)]
+    shared = load.max_rates_at_slos(d, reqs, slos)
+    alone = [load.max_rate_at_slo(d, reqs, s) for s in slos]
+    assert [c.rate_rps for c in shared] == [c.rate_rps for c in alone]
+    assert [c.concurrency for c in shared] == [c.concurrency for c in alone]

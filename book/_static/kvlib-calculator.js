@@ -48,15 +48,20 @@
   function build(root, data) {
     var cols = {};
     data.cols.forEach(function (c, i) { cols[c] = i; });
+    // every GPU count a case runs on, fewest first (the first is the grid's own answer)
     var rows = new Map();
     data.rows.forEach(function (r) {
-      rows.set(r.slice(0, 8).join("|"), r);
+      var k = r.slice(0, 8).join("|");
+      if (!rows.has(k)) { rows.set(k, []); }
+      rows.get(k).push(r);
     });
+    rows.forEach(function (list) { list.sort(function (a, b) { return a[8] - b[8]; }); });
+    var slo = data.slo;
     var d = data["default"];
     var state = {
       model: data.models.findIndex(function (m) { return m.slug === d.model; }),
       gpu: data.gpus.findIndex(function (g) { return g.slug === d.gpu; }),
-      price: null, custom: false
+      price: null, custom: false, n: null
     };
 
     root.textContent = "";
@@ -78,6 +83,7 @@
                       data.prompts.map(function (p, i) { return [i, tokens(p)]; }));
     var sOutput = add("output", "Output tokens",
                       data.outputs.map(function (o, i) { return [i, tokens(o)]; }));
+    var sTp = add("n_gpus", "GPUs per replica", []);
     var sKind = add("kind", "Price", []);
     var priceWrap = el("label", { "class": "kc-control kc-price-control" });
     priceWrap.appendChild(el("span", { "class": "kc-name" }, "$ per GPU-hour"));
@@ -86,6 +92,25 @@
     priceWrap.appendChild(sPrice);
     priceWrap.appendChild(priceShown);
     controls.appendChild(priceWrap);
+    var sTtft = null, sSpeed = null, sDuty = null, sPeak = null;
+    if (slo) {
+      sTtft = add("slo_ttft", "p" + slo.ttft_percentile + " time to first token within",
+                  slo.ttfts.map(function (t, i) { return [i, sig3(t) + " s"]; }));
+      sSpeed = add("slo_speed", "tokens/s per user (median) at least",
+                   slo.speeds.map(function (t, i) { return [i, sig3(t)]; }));
+      var peakWrap = el("label", { "class": "kc-control" });
+      peakWrap.appendChild(el("span", { "class": "kc-name" }, "peak requests/s"));
+      sPeak = el("input", { type: "number", name: "peak_rps", min: "0.01", step: "any",
+                            value: String(d.peak_rps) });
+      peakWrap.appendChild(sPeak);
+      controls.appendChild(peakWrap);
+      sDuty = add("duty", "share of the day at peak", slo.duty_cycles.map(function (f, i) {
+        return [i, Math.round(f * 100) + " % (" + sig3(24 * f) + " h)"];
+      }));
+      sTtft.value = String(slo.ttfts.indexOf(d.slo_ttft_s));
+      sSpeed.value = String(slo.speeds.indexOf(d.slo_speed));
+      sDuty.value = String(slo.duty_cycles.indexOf(d.duty_cycle));
+    }
 
     var card = el("div", { "class": "kc-card", "aria-live": "polite" });
     root.appendChild(card);
@@ -172,7 +197,13 @@
       var w = m.weights[Number(sWeights.value)];
       var key = [state.model, Number(sWeights.value), Number(sKv.value), Number(sUtil.value),
                  state.gpu, Number(sLen.value), Number(sPrompt.value), Number(sOutput.value)];
-      var r = rows.get(key.join("|"));
+      var options = rows.get(key.join("|")) || [];
+      var counts = options.map(function (o) { return o[8]; });
+      setOptions(sTp, counts.map(function (c, i) {
+        return [c, c + (i === 0 ? " (the fewest that fit)" : "")];
+      }), counts.indexOf(state.n) >= 0 ? state.n : counts[0]);
+      sTp.disabled = counts.length < 2;
+      var r = options[Math.max(0, counts.indexOf(Number(sTp.value)))];
       var price = state.price;
       priceShown.textContent = "$" + price.toFixed(2);
       card.textContent = "";
@@ -214,6 +245,7 @@
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo),
            side);
       tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens");
+      frontier(options, price, n);
       var batch = v("batch");
       line("kc-batch", batch === 1
         ? "1 request at a time: its prompt is prefilled alone before it decodes, so input " +
@@ -260,6 +292,121 @@
            offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
            : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
              " in data/prices.csv — " + offer.rows + ".");
+      if (slo) { latency(key, n, prompt, output, price); }
+    }
+
+    // The latency target: requests/s one replica sustains within it (precomputed: the lower
+    // of the TTFT bound's and the speed bound's rate), and the fleet a peak rate needs.
+    function latency(key, n, prompt, output, price) {
+      var box = el("div", { "class": "kc-slo" });
+      card.appendChild(box);
+      var ti = Number(sTtft.value), si = Number(sSpeed.value);
+      box.appendChild(el("p", { "class": "kc-slo-head" }, "At a latency target: p" +
+        slo.ttft_percentile + " time to first token within " + sig3(slo.ttfts[ti]) + " s and " +
+        sig3(slo.speeds[si]) + " tokens/s per user (median)."));
+      var c = slo.cases[key.join("|") + "|" + n];
+      if (!c) {
+        box.appendChild(el("p", { "class": "kc-slo-none" }, "Latency targets were simulated " +
+          "for fewer cases than the memory figures above (each takes seconds to simulate): " +
+          slo.covered + "."));
+        return;
+      }
+      var byT = c[1 + ti], byS = c[1 + slo.ttfts.length + si];
+      var hit = byS[0] < byT[0] ? byS : byT, rate = hit[0], users = hit[1];
+      var peak = Number(sPeak.value), duty = slo.duty_cycles[Number(sDuty.value)];
+      if (!(peak > 0)) {
+        box.appendChild(el("p", { "class": "kc-slo-none" }, "Give the peak rate as a positive " +
+          "number of requests per second."));
+        return;
+      }
+      if (rate <= 0) {
+        box.appendChild(el("p", { "class": "kc-slo-none" }, "No request rate meets this " +
+          "target: even one request at a time misses it on " + plural(n, "GPU") + "."));
+        return;
+      }
+      var replicas = Math.ceil(peak / rate), gpus = replicas * n, hourly = gpus * price;
+      var day = peak * duty * 86400;  // requests a day
+      var tiles = el("div", { "class": "kc-tiles" });
+      box.appendChild(tiles);
+      tile(tiles, "slo_rate", sig3(rate), "requests/s per replica within the target");
+      tile(tiles, "slo_users", count(Math.round(users)), "concurrent users per replica");
+      tile(tiles, "slo_replicas", count(replicas), "replicas for " + sig3(peak) + " requests/s");
+      tile(tiles, "slo_gpus", count(gpus), "GPUs in all");
+      tile(tiles, "slo_hour", money(hourly), "per hour");
+      tile(tiles, "slo_output", money(hourly * 24 / (day * output) * 1e6),
+           "per 1M output tokens over a day");
+      tile(tiles, "slo_tokens", money(hourly * 24 / (day * (output + prompt)) * 1e6),
+           "per 1M tokens, input and output, over a day");
+      box.appendChild(el("p", { "class": "kc-slo-load" }, "One replica completes " +
+        sig3(c[0]) + " requests/s with its queue full; within the target it runs at " +
+        Math.round(rate / c[0] * 100) + " % of that."));
+      box.appendChild(el("p", { "class": "kc-slo-duty" }, "Over a day: $ per 1M output tokens " +
+        "= GPUs × $ per GPU-hour × 24 h ÷ (peak requests/s × output tokens × share of the day " +
+        "at peak × 86,400 s) × 10⁶: the GPUs are paid all day, tokens come only at the peak (" +
+        Math.round(duty * 100) + " % of the day)."));
+      var e = slo.error;
+      if (e && e.ttft_longer !== undefined) {
+        box.appendChild(el("p", { "class": "kc-slo-error" }, "TTFT is a floor: against " +
+          plural(e.ttft_n, "published benchmark point") + " below saturation, measured p99 TTFT " +
+          "ran a median " + Math.round(e.ttft_longer * 100) + " % longer than the simulation's; " +
+          "time per output token was off by a median " + pct(e.tpot_error) + " (" +
+          plural(e.tpot_n, "point") + ", Appendix A)."));
+      }
+    }
+
+    // Cost against per-user speed at the full batch, one point per GPU count of this case.
+    function frontier(options, price, chosen) {
+      var pts = options.filter(function (o) { return o[8] > 0; }).map(function (o) {
+        return { n: o[8], x: o[cols.per_user_tokens_per_s], y: o[cols.output_cost] * price };
+      });
+      if (pts.length < 2) { return; }
+      var W = 320, H = 150, L = 52, B = 30, ns = "http://www.w3.org/2000/svg";
+      var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
+      // each axis spans its points, padded by a tenth of their range (or of the value)
+      function span(v) {
+        var lo = Math.min.apply(null, v), hi = Math.max.apply(null, v);
+        var pad = (hi - lo) * 0.1 || lo * 0.1 || 1;
+        return [lo, hi, lo - pad, hi + pad];
+      }
+      var sx = span(xs), sy = span(ys), x0 = sx[2], x1 = sx[3], y0 = sy[2], y1 = sy[3];
+      var fig = el("figure", { "class": "kc-frontier" });
+      var svg = document.createElementNS(ns, "svg");
+      svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+      svg.setAttribute("role", "img");
+      svg.setAttribute("style", "width: 100%; max-width: 440px; display: block");
+      function node(tag, attrs, text) {
+        var n = document.createElementNS(ns, tag);
+        Object.keys(attrs).forEach(function (k) { n.setAttribute(k, attrs[k]); });
+        if (text !== undefined) { n.textContent = text; }
+        svg.appendChild(n);
+        return n;
+      }
+      function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - 45); }
+      function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - B - 10); }
+      node("line", { x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "currentColor" });
+      node("line", { x1: L, y1: 10, x2: L, y2: H - B, stroke: "currentColor" });
+      node("text", { x: (L + W) / 2, y: H - 4, "text-anchor": "middle", "font-size": "10" },
+           "tokens/s per user");
+      node("text", { x: 4, y: 8, "font-size": "10" }, "$ per 1M output tokens");
+      [sy[0], sy[1]].forEach(function (y) {
+        node("text", { x: L - 4, y: py(y) + 3, "text-anchor": "end", "font-size": "9" }, money(y));
+      });
+      [sx[0], sx[1]].forEach(function (x) {
+        node("text", { x: px(x), y: H - B + 11, "text-anchor": "middle", "font-size": "9" }, sig3(x));
+      });
+      node("polyline", { points: pts.map(function (p) { return px(p.x) + "," + py(p.y); }).join(" "),
+                         fill: "none", stroke: "#4c78a8" });
+      pts.forEach(function (p) {
+        var c = node("circle", { cx: px(p.x), cy: py(p.y), r: p.n === chosen ? 5 : 3.5,
+                                 fill: "#4c78a8", "data-n": p.n });
+        c.appendChild(document.createElementNS(ns, "title")).textContent =
+          p.n + " GPUs: " + sig3(p.x) + " tokens/s per user, " + money(p.y) + " per 1M";
+        node("text", { x: px(p.x) + 6, y: py(p.y) - 4, "font-size": "9" }, p.n + " GPU" + (p.n > 1 ? "s" : ""));
+      });
+      fig.appendChild(svg);
+      fig.appendChild(el("figcaption", {}, "Per GPU count of one replica (tensor parallel): " +
+        "the price of an output token against each user's speed, with the pool full."));
+      card.appendChild(fig);
     }
 
     sModel.value = String(state.model);
@@ -279,6 +426,11 @@
       state.gpu = Number(sGpu.value); gpuChanged(false); render();
     });
     sKind.addEventListener("change", function () { priceFromKind(true); render(); });
+    sTp.addEventListener("change", function () { state.n = Number(sTp.value); render(); });
+    if (slo) {
+      [sTtft, sSpeed, sDuty].forEach(function (s) { s.addEventListener("change", render); });
+      sPeak.addEventListener("input", render);
+    }
     sPrice.addEventListener("input", function () {
       state.price = Number(sPrice.value); state.custom = true; render();
     });

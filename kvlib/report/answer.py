@@ -19,6 +19,11 @@ the price per GPU-hour, so the grid holds them at $1 and the page multiplies by 
   case that does not fit says why and what would (``would_fit``).
 * What to buy (``cheapest``): per model and request, the cheapest GPU × count whose per-user
   speed reaches a floor at market prices.
+* More GPUs per replica (``tp_choices``): the grid's cases again on every larger TP degree.
+* Latency targets (``slo_grid``, ``at_target``, ``cheapest_at_slo``): the request rate one
+  replica sustains within each of a few TTFT and per-user-speed targets (``serve.load``'s
+  search, precomputed for a few cases), the fleet a peak rate needs, its $ per 1M tokens over
+  a day of paid GPU-hours, and the cheapest GPU that meets a target.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..core.checks import number
@@ -44,6 +50,7 @@ from ..model.checkpoints import checkpoint_rows as checkpoint_rows
 from ..model.checkpoints import published_weight_format as published_weight_format
 from ..model.formats import weight_format as parse_weights
 from ..model.model import Model
+from ..serve.load import SLO, max_rates_at_slos
 from ..serve.prefix_cost import input_cost_per_million
 from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
@@ -533,7 +540,9 @@ def _sig(value: float, digits: int = PAGE_DIGITS) -> float | int | None:
 
 def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequence[str],
                     default: Mapping[str, Any], ttft: pd.DataFrame,
-                    hit_rate: float = PREFIX_HIT_RATE) -> dict[str, Any]:
+                    hit_rate: float = PREFIX_HIT_RATE, more_gpus: pd.DataFrame | None = None,
+                    slo: pd.DataFrame | None = None,
+                    slo_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
     (models with their checkpoints and lengths, GPUs with their market prices by kind, KV
     dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
@@ -548,8 +557,17 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     row's input cost is the split of ``ServingPoint.dollars_per_million_split``, or, at batch 1
     (no other request's prompt to share the steps), its own prompt prefilled alone.
 
+    ``more_gpus`` (``tp_choices``) adds rows of the same cases on more GPUs per replica (the
+    page's "GPUs per replica" choice; ``prefix`` must cover them). ``slo`` (``slo_grid``) gives
+    ``slo``: the targets offered, and per case (its first nine row values joined by "|") the
+    saturated rate and, for each TTFT and then each speed target, [requests/s, users in
+    flight]; ``slo_error`` (in words and numbers: how far measured latencies ran from the
+    simulation's) is passed through as ``slo["error"]``.
+
     The page looks rows up and multiplies costs by the price; it computes nothing else.
     """
+    if more_gpus is not None and len(more_gpus):
+        grid = pd.concat([grid, more_gpus], ignore_index=True)
     model_list = list(models)
     gpus = list(dict.fromkeys(grid["gpu"]))
     kv = list(dict.fromkeys(grid["kv_dtype"]))
@@ -616,4 +634,228 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                  "prefix_cached", "ttft_band"],
         "rows": rows,
         "default": dict(default),
+        "slo": None if slo is None else _slo_data(slo, index, weights, slo_error),
     }
+
+
+def _slo_data(slo: pd.DataFrame, index: Mapping[str, Mapping[Any, int]],
+              weights: Mapping[str, list[str]],
+              error: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The page's latency targets (``calculator_data``'s ``slo``)."""
+    ttfts = sorted(set(float(t) for t in slo.loc[slo["bound"] == "ttft", "target"]))
+    speeds = sorted(set(float(t) for t in slo.loc[slo["bound"] == "speed", "target"]))
+    cases: dict[str, list[Any]] = {}
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+            "input_tokens", "output_tokens", "n_gpus"]
+    for case, group in slo.groupby(keys, sort=False):
+        m, w, k, u, g, length, p, o, n = case
+        key = "|".join(str(x) for x in (
+            index["model"][m], weights[m].index(w), index["kv_dtype"][k],
+            index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
+            index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)))
+        by = {(b, float(t)): (r, c) for b, t, r, c in zip(group["bound"], group["target"],
+                                                           group["rate_rps"],
+                                                           group["concurrency"])}
+        cases[key] = [_sig(float(group["saturated_rps"].iloc[0])),
+                      *[[_sig(x) for x in by[("ttft", t)]] for t in ttfts],
+                      *[[_sig(x) for x in by[("speed", t)]] for t in speeds]]
+    return {"ttfts": ttfts, "speeds": speeds, "ttft_percentile": SLO_TTFT_PERCENTILE,
+            "tpot_percentile": SLO_TPOT_PERCENTILE,
+            "n_requests": sorted(set(int(n) for n in slo["n_requests"])),
+            "tolerance": float(slo["tolerance"].iloc[0]) if len(slo) else 0.0,
+            "duty_cycles": list(DUTY_CYCLES), "cases": cases, "error": dict(error or {}),
+            "covered": slo_covered(slo)}
+
+
+def slo_covered(slo: pd.DataFrame) -> str:
+    """The cases of ``slo`` (``slo_grid``) in words: "Llama-3.1-8B (bf16 weights) on 1 × H100
+    or 1 × B200; … — requests of 7,168 + 1,024 tokens, KV cache bf16, …"."""
+    parts = []
+    for (m, w), group in slo.groupby(["model", "weights"], sort=False):
+        on = " or ".join(dict.fromkeys(f"{int(n)} × {short_gpu_name(load_gpu(g).name)}"
+                                       for g, n in zip(group["gpu"], group["n_gpus"])))
+        parts.append(f"{load_model(m).name} ({w} weights) on {on}")
+    settings = []
+    for column, words in (("input_tokens", "prompts of {:,} tokens"),
+                          ("output_tokens", "outputs of {:,} tokens"),
+                          ("kv_dtype", "KV cache {}"),
+                          ("gpu_memory_utilization", "gpu_memory_utilization {:g}"),
+                          ("max_model_len", "max_model_len {:,}")):
+        values = list(dict.fromkeys(slo[column]))
+        settings.append(" or ".join(words.format(v) for v in values))
+    return "; ".join(parts) + " — " + ", ".join(settings)
+
+
+# --- more GPUs per replica, and latency targets ---------------------------------------------
+
+
+def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd.DataFrame:
+    """The grid's fitting rows at ``gpu_memory_utilization`` again on every larger degree of
+    ``TP_DEGREES`` vLLM runs the model on (the grid holds the fewest GPUs that fit): the
+    reader's choice of GPUs per replica. Columns ``GRID_COLUMNS``."""
+    base = grid[(grid["n_gpus"] > 0)
+                & (grid["gpu_memory_utilization"] == gpu_memory_utilization)]
+    limit = calibrate.banded_batch_limit()
+    formats = {(m, c.label): c for m in base["model"].unique() for c in weight_choices(m)}
+    models = {m: load_model(m) for m in base["model"].unique()}
+    rows = []
+    keys = ["model", "weights", "kv_dtype", "gpu"]
+    for (slug, w, kv, gpu), group in base.groupby(keys, sort=False):
+        choice = formats[(slug, w)]
+        eng = Engine(Deployment(models[slug], gpu, weights=choice.weight_format, kv=kv,
+                                gpu_memory_utilization=gpu_memory_utilization),
+                     tp_degrees=TP_DEGREES)
+        for r in group.itertuples(index=False):
+            for tp in (t for t in TP_DEGREES if t > r.n_gpus and eng.runs_on(t)):
+                point = eng.point(int(r.input_tokens), int(r.output_tokens),
+                                  max_model_len=int(r.max_model_len), n_gpus=tp)
+                row = _row(point, choice, models[slug], limit)
+                row.update(model=slug, would_fit="")
+                rows.append(row)
+    return pd.DataFrame(rows, columns=GRID_COLUMNS)
+
+
+#: The latency targets the page offers: p99 time to the first token (s), and per-user speed
+#: (tokens/s: the median time per output token is its inverse).
+SLO_TTFTS_S = (0.5, 2.0, 5.0)
+SLO_SPEEDS = (10.0, 20.0, 40.0)
+#: Percentiles the page's targets bound: TTFT at p99, time per output token at the median.
+SLO_TTFT_PERCENTILE, SLO_TPOT_PERCENTILE = 99.0, 50.0
+#: Requests per simulated benchmark run of a latency case: four times the batch the pool
+#: holds (so that a queue can form), within these bounds.
+SLO_REQUESTS = (100, 300)
+#: Shares of the day at the peak rate the page offers (the rest idle, the GPUs still paid).
+DUTY_CYCLES = (1.0, 0.5, 1 / 3, 0.25, 0.1)
+
+
+def slo_requests(batch: int) -> int:
+    """Requests simulated for a case whose pool holds ``batch`` (``SLO_REQUESTS``)."""
+    lo, hi = SLO_REQUESTS
+    return int(min(hi, max(lo, 4 * batch)))
+
+
+def slo_grid(cases: pd.DataFrame, *, ttfts_s: Sequence[float] = SLO_TTFTS_S,
+             speeds: Sequence[float] = SLO_SPEEDS, seed: int = 0) -> pd.DataFrame:
+    """For each fitting row of ``cases`` (grid rows), the highest request rate one replica
+    sustains (``load.max_rates_at_slos``: Poisson arrivals of ``slo_requests`` requests of the
+    row's lengths, seeded) with p99 TTFT within each of ``ttfts_s`` and, separately, with the
+    median time per output token within 1 ÷ each of ``speeds``. Latency grows with the rate,
+    so a target of both is met up to the lower of its two rates. One row per case and bound:
+    the case's keys (model, weights, kv_dtype, gpu_memory_utilization, gpu, max_model_len,
+    input_tokens, output_tokens, n_gpus), ``bound`` ("ttft" or "speed"), ``target`` (s or
+    tokens/s), ``rate_rps``, ``saturated_rps``, ``concurrency`` (users in flight at that
+    rate, Little's law), ``n_requests`` and ``tolerance``."""
+    ttfts = [number("TTFT target (s)", t, positive=True) for t in ttfts_s]
+    speed_list = [number("per-user speed (tokens/s)", s, positive=True) for s in speeds]
+    slos = ([SLO(ttft_s=t, percentile=SLO_TTFT_PERCENTILE) for t in ttfts]
+            + [SLO(tpot_s=1 / s, percentile=SLO_TPOT_PERCENTILE) for s in speed_list])
+    targets = [("ttft", t) for t in ttfts] + [("speed", s) for s in speed_list]
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
+            "input_tokens", "output_tokens", "n_gpus"]
+    fitting = cases[cases["n_gpus"] > 0]
+    formats = {(m, c.label): c.weight_format for m in fitting["model"].unique()
+               for c in weight_choices(m)}
+    rows = []
+    for r in fitting.itertuples(index=False):
+        d = Deployment(r.model, r.gpu, tp=int(r.n_gpus), weights=formats[(r.model, r.weights)],
+                       kv=r.kv_dtype, gpu_memory_utilization=float(r.gpu_memory_utilization),
+                       max_model_len=int(r.max_model_len))
+        n = slo_requests(int(r.batch))
+        requests = np.tile([int(r.input_tokens), int(r.output_tokens)], (n, 1))
+        caps = max_rates_at_slos(d, requests, slos, seed=seed)
+        case = {k: getattr(r, k) for k in keys}
+        for (bound, target), cap in zip(targets, caps):
+            rows.append({**case, "bound": bound, "target": target, "rate_rps": cap.rate_rps,
+                         "saturated_rps": cap.saturated_rps, "concurrency": cap.concurrency,
+                         "n_requests": n, "tolerance": cap.tolerance})
+    return pd.DataFrame(rows, columns=[*keys, "bound", "target", "rate_rps", "saturated_rps",
+                                       "concurrency", "n_requests", "tolerance"])
+
+
+def at_target(slo: pd.DataFrame, *, ttft_s: float, speed: float, peak_rps: float,
+              prices: Mapping[str, float], duty_cycle: float = 1.0) -> pd.DataFrame:
+    """Each case of ``slo`` (``slo_grid``) sized for a latency target — p99 TTFT within
+    ``ttft_s`` and ``speed`` tokens/s per user, both targets of the grid — at a peak of
+    ``peak_rps`` requests/s, priced at ``prices`` ($ per GPU-hour by GPU slug; cases of other
+    GPUs are left out), the peak held for ``duty_cycle`` of the day and the GPUs paid all day:
+    rate_rps (one replica within the target: the lower of its two rates), users (in flight at
+    that rate), replicas (⌈peak ÷ rate⌉), gpus, dollars_per_hour (all of them), and over a day
+    ``output_cost`` ($ per 10⁶ output tokens: GPUs × price × 24 h ÷ (peak × output tokens ×
+    duty × 86,400 s)) and ``token_cost`` (input and output tokens together). A case that misses
+    the target at any rate has rate 0 and no replicas (NaN costs)."""
+    peak = number("peak_rps (requests/s)", peak_rps, positive=True)
+    duty = number("duty_cycle", duty_cycle, positive=True, maximum=1)
+    ttft, per_user = float(ttft_s), float(speed)
+    for bound, value in (("ttft", ttft), ("speed", per_user)):
+        if not (slo.loc[slo["bound"] == bound, "target"] == value).any():
+            raise ValueError(f"no {bound} target {value:g} in the latency grid")
+    keys = [c for c in slo.columns[:9]]
+    by_t = slo[(slo["bound"] == "ttft") & (slo["target"] == ttft)].set_index(keys)
+    by_s = slo[(slo["bound"] == "speed") & (slo["target"] == per_user)].set_index(keys)
+    both = by_t[["rate_rps", "concurrency"]].join(
+        by_s[["rate_rps", "concurrency"]].add_suffix("_speed")).reset_index()
+    both = both[both["gpu"].isin(list(prices))]
+    speed_binds = both["rate_rps_speed"] < both["rate_rps"]
+    rate = both["rate_rps"].where(~speed_binds, both["rate_rps_speed"])
+    users = both["concurrency"].where(~speed_binds, both["concurrency_speed"])
+    served = rate > 0
+    replicas = np.where(served, np.ceil(peak / rate.where(served, 1.0)), 0).astype(int)
+    gpus = replicas * both["n_gpus"].astype(int)
+    dollars = gpus * both["gpu"].map(prices).astype(float)
+    day_tokens = peak * duty * 86_400 / 1e6  # 10⁶ requests per day, × tokens per request
+    out = both[keys].assign(rate_rps=rate.to_numpy(), users=users.to_numpy(),
+                            replicas=replicas, gpus=gpus, dollars_per_hour=dollars)
+    out["output_cost"] = np.where(served, dollars * 24 / (day_tokens * both["output_tokens"]),
+                                  math.nan)
+    out["token_cost"] = np.where(served, dollars * 24 / (
+        day_tokens * (both["output_tokens"] + both["input_tokens"])), math.nan)
+    return out
+
+
+def cheapest_at_slo(slo: pd.DataFrame, *, ttft_s: float, speed: float, peak_rps: float,
+                    kind: str = "on-demand", duty_cycle: float = 1.0,
+                    dated_only: bool = True) -> pd.DataFrame:
+    """What to buy at a latency target: per model, checkpoint and request of ``slo``, the
+    case of ``at_target`` (GPU, GPUs per replica, KV dtype) with the lowest $ per 10⁶ output
+    tokens at market price (``market_prices`` of ``kind``, dated offers only with
+    ``dated_only``) among those whose replica meets the target; ``n_gpus`` 0 where none does.
+    Columns: at_target's, dollars_per_gpu_hour, and gpu_name."""
+    offers = market_prices()
+    offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
+    prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
+    sized = at_target(slo, ttft_s=ttft_s, speed=speed, peak_rps=peak_rps, prices=prices,
+                      duty_cycle=duty_cycle)
+    out = []
+    for key, group in sized.groupby(["model", "weights", "input_tokens", "output_tokens"],
+                                    sort=False):
+        ok = group[group["rate_rps"] > 0]
+        if len(ok):
+            best = ok.loc[ok["output_cost"].idxmin()].to_dict()
+            best["dollars_per_gpu_hour"] = prices[best["gpu"]]
+            best["gpu_name"] = load_gpu(best["gpu"]).name
+            out.append(best)
+        else:
+            out.append({**dict(zip(["model", "weights", "input_tokens", "output_tokens"], key)),
+                        "n_gpus": 0})
+    return pd.DataFrame(out)
+
+
+#: The "what to buy at a latency target" table's columns, the deciding one first.
+BUY_SLO_COLUMNS = {"output_cost": "$ per 1M output tokens over a day",
+                   "deployment": "replicas × GPUs", "model_name": "model",
+                   "rate_rps": "requests/s per replica", "users": "users per replica",
+                   "dollars_per_hour": "$ per hour"}
+
+
+def buy_slo_table(buy: pd.DataFrame) -> Table:
+    """The served rows of ``cheapest_at_slo`` as a reader's table (``BUY_SLO_COLUMNS``)."""
+    served = buy[buy["n_gpus"] > 0]
+    shown = served.assign(
+        model_name=[f"{load_model(m).name} ({w})" for m, w in zip(served["model"],
+                                                                  served["weights"])],
+        deployment=[f"{int(r)} × {int(n)} {short_gpu_name(g)}" for r, n, g in
+                    zip(served["replicas"], served["n_gpus"], served["gpu_name"])])
+    shown = shown[list(BUY_SLO_COLUMNS)].rename(columns=BUY_SLO_COLUMNS)
+    return table(shown, {"$ per 1M output tokens over a day": "${:,.3f}",
+                         "requests/s per replica": "{:.2f}", "users per replica": "{:.0f}",
+                         "$ per hour": "${:,.2f}"})

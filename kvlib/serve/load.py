@@ -250,18 +250,40 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
     share, e.g. 0.02).
     Latency grows with the rate for a fixed seed (the gaps only scale), so the search is
     monotone; the same inputs give the same answer."""
+    return max_rates_at_slos(deployment, requests, [slo], burstiness=burstiness, seed=seed,
+                             tolerance=tolerance)[0]
+
+
+def max_rates_at_slos(deployment: Deployment | Any, requests: Any, slos: Any, *,
+                      burstiness: float = 1.0, seed: int = 0,
+                      tolerance: float = 0.02) -> list[SLOCapacity]:
+    """``max_rate_at_slo`` for each SLO of ``slos``, in order, sharing the saturated run and
+    every trial run between the searches (each search tries the same rates it would alone, so
+    each answer is ``max_rate_at_slo``'s; searches that agree for a while cost one)."""
     d = _engine_deployment(as_deployment(deployment))
-    if not isinstance(slo, SLO):
-        raise TypeError(f"slo must be an SLO, got {type(slo).__name__}")
+    slos = list(slos)
+    for slo in slos:
+        if not isinstance(slo, SLO):
+            raise TypeError(f"slo must be an SLO, got {type(slo).__name__}")
     tol = number("tolerance", tolerance, positive=True, maximum=1)
     reqs = np.asarray(requests)
     saturated = bench_serve(d, reqs, request_rate=math.inf)
     sat_rps = saturated_rps(saturated)
     sat_out = sat_rps * float(saturated.output_tokens.mean())
+    runs: dict[float, ServingRun] = {}
 
     def trial(rate: float) -> ServingRun:
-        return bench_serve(d, reqs, request_rate=rate, burstiness=burstiness, seed=seed)
+        if rate not in runs:
+            runs[rate] = bench_serve(d, reqs, request_rate=rate, burstiness=burstiness,
+                                     seed=seed)
+        return runs[rate]
 
+    return [_search(d, slo, trial, sat_rps, sat_out, tol) for slo in slos]
+
+
+def _search(d: Deployment, slo: SLO, trial: Any, sat_rps: float, sat_out: float,
+            tol: float) -> SLOCapacity:
+    """One bisection of ``max_rate_at_slo`` with ``trial(rate)`` giving the run at a rate."""
     lo, hi = sat_rps / 1000, sat_rps  # no rate above what the replica completes is sustained
     low_run = trial(lo)
     if not slo.met(low_run):
