@@ -214,9 +214,15 @@ def test_band_side_and_the_measured_batch_limit():
     # batch 129–512 has held-out points of its own; 513–4096 falls back to "TP 1, every batch"
     assert calibrate.banded_batch_limit() == 512
     assert error_band(1, 1024).low > error_band(1, 512).low  # the fallback looks better …
-    # … so a batch past 512 is read at the band of 512
-    assert calibrate.slow_end(1, 1024, 512) == 1 + error_band(1, 512).low
-    assert calibrate.slow_end(1, 51, 512) == 1 + error_band(1, 51).low
+    # … so a batch past 512 is read at the slower of its own case band and the band at 512
+    case = ("llama-3.1-8b", "h100-sxm", "vllm", 1)
+    at_512, past = calibrate.case_band(*case, 512).low, calibrate.case_band(*case, 1024).low
+    assert calibrate.slow_end(*case, 1024, 512) == 1 + min(at_512, past)
+    assert calibrate.slow_end(*case, 51, 512) == 1 + calibrate.case_band(*case, 51).low
+    # the what-to-buy ranking reads the case's band, not the TP × batch one
+    mi300x = ("deepseek-v3", "mi300x", "vllm", 8)
+    assert calibrate.slow_end(*mi300x, 16, 512) == 1 + calibrate.case_band(*mi300x, 16).low
+    assert calibrate.case_band(*mi300x, 16).low < error_band(8, 16).low
     # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 611 requests in flight, past 512, so
     # the grid gives it the case's band at 512: the 17 held-out points of dense models on vLLM
     # on AMD GPUs (TP 1 and batch 129–512 have too few), 10th–90th percentile −34 % … +5 %;
@@ -248,7 +254,8 @@ def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
     assert eight["per_user_slow"] >= 20 and eight["per_user_tokens_per_s"] > eight["per_user_slow"]
     # every candidate, exhaustively: each checkpoint on each priced GPU, the largest power-of-two
     # batch (or the full pool) that keeps every user at 20 tokens/s at the slow end of its band
-    # (10th percentile; past 512 requests, the slower of its band and the band at 512), priced
+    # (10th percentile of the case's band; past 512 requests, the slower of its band and the
+    # band at 512), priced
     # there too
     prices = {g: answer.market_price(g) for g in ("h100-sxm", "a100-80gb")}  # $3.99, $2.50
     best = math.inf
@@ -260,7 +267,9 @@ def test_cheapest_meets_the_floor_at_the_lowest_price(grid):
             full = eng.point(1024, 1024, max_model_len=8192)
             for b in [full.batch] + [2 ** k for k in range(12, -1, -1) if 2 ** k < full.batch]:
                 p = eng.point(1024, 1024, max_model_len=8192, batch=b)
-                low = min(error_band(1, b).low, error_band(1, min(b, 512)).low)
+                band = [calibrate.case_band("llama-3.1-8b", gpu, "vllm", 1, n).low
+                        for n in (b, min(b, 512))]
+                low = min(band)
                 if p.per_user_tokens_per_s * (1 + low) >= 20:
                     best = min(best, p.dollars_per_million(price) / (1 + low))
                     break

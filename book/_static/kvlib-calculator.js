@@ -255,8 +255,7 @@
           "does, prompts cost " + money(v("input_cost") * price) + " and output " +
           money(v("output_cost_split") * price) + " per 1M tokens; charging all of it to " +
           "the output, " + money(v("output_cost") * price) + ".");
-      line("kc-band", "Speed model's held-out error (" + band[0] + ", " + band[1] +
-           " measurements): median " + Math.round(band[2] * 100) + " %, so " +
+      line("kc-band", "Speed model's error, " + band[6] + "; so " +
            sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")) + " tokens/s and " +
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo) +
            " per 1M output tokens." +

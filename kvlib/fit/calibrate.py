@@ -1102,14 +1102,16 @@ def banded_batch_limit() -> int:
     return max(own)
 
 
-def slow_end(n_gpus: int, batch: int, limit: int) -> float:
-    """The factor on a predicted speed at the slow end of its error band (1 + the band's 10th
-    percentile) at ``n_gpus`` and ``batch``; past ``limit`` (``banded_batch_limit``) the
-    slower of its own band and the band at ``limit``, so an extrapolated batch is never
-    trusted more than the largest measured one."""
-    low = error_band(n_gpus, batch).low
+def slow_end(model: Model | str, gpu: GPU | str, engine: str, n_gpus: int, batch: int,
+             limit: int) -> float:
+    """The factor on a predicted speed at the slow end of its error band (1 + the 10th
+    percentile of ``case_band``, the band the page shows for the case) at ``n_gpus`` and
+    ``batch``; past ``limit`` (``banded_batch_limit``) the slower of its own band and the band
+    at ``limit``, so an extrapolated batch is never trusted more than the largest measured
+    one."""
+    low = case_band(model, gpu, engine, n_gpus, batch).low
     if batch > limit:
-        low = min(low, error_band(n_gpus, limit).low)
+        low = min(low, case_band(model, gpu, engine, n_gpus, limit).low)
     return 1 + low
 
 

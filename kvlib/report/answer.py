@@ -416,7 +416,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
     offers = offers[(offers["kind"] == kind) & (offers["dated"] | (not dated_only))]
     prices = dict(zip(offers["gpu"], offers["dollars_per_gpu_hour"]))
     limit = calibrate.banded_batch_limit()
-    best_factor = 1 + float(pd.read_csv(csv_path(calibrate.BANDS_FILE))["low"].max())
+    best_factor = 1 + float(pd.read_csv(csv_path(calibrate.CASE_BANDS_FILE))["low"].max())
     asked = grid[grid["output_tokens"] == output_tokens]
     rows = asked[(asked["n_gpus"] > 0)
                  & (asked["gpu_memory_utilization"] == gpu_memory_utilization)
@@ -438,7 +438,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
                 break  # no batch of this or a later candidate can be cheaper
             n = int(r.n_gpus)
             batch, user, tps = int(r.batch), r.per_user_tokens_per_s, r.tokens_per_s
-            if user * calibrate.slow_end(n, batch, limit) < speed_floor:
+            if user * calibrate.slow_end(slug, r.gpu, "vllm", n, batch, limit) < speed_floor:
                 key = (slug, r.weights, r.kv_dtype, r.gpu)
                 if key not in engines:
                     engines[key] = Engine(Deployment(
@@ -449,7 +449,7 @@ def cheapest(grid: pd.DataFrame, *, speed_floor: float, kind: str = "on-demand",
                 if found is None:
                     continue
                 batch, user, tps = found
-            factor = calibrate.slow_end(n, batch, limit)
+            factor = calibrate.slow_end(slug, r.gpu, "vllm", n, batch, limit)
             cost = cost_per_million_tokens(prices[r.gpu] * n, tps * factor)
             if best is None or cost < best["output_cost_slow"]:
                 best = {"gpu": r.gpu, "gpu_name": r.gpu_name, "n_gpus": n,
@@ -515,7 +515,9 @@ def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int,
     for batch in sorted((2 ** k for k in range(held.bit_length()) if 2 ** k < held),
                         reverse=True):
         p = engine.point(prompt, output, max_model_len=max_model_len, batch=batch)
-        if p.per_user_tokens_per_s * calibrate.slow_end(p.n_gpus, batch, limit) >= floor:
+        d = engine.deployment
+        if p.per_user_tokens_per_s * calibrate.slow_end(d.model, d.gpu, d.engine, p.n_gpus, batch,
+                                                        limit) >= floor:
             return batch, p.per_user_tokens_per_s, p.tokens_per_s
     return None
 
