@@ -23,11 +23,9 @@ RECORDS = {path.stem: json.loads(path.read_text()) for path in FILES}
 CACHE_REFUSALS = {
     **dict.fromkeys(["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-nvfp4",
                      "deepseek-v4-pro-nvfp4", "deepseek-v4-flash-nvfp4-fp8"], "compress_ratios"),
-    **dict.fromkeys(["gemma-4-26b-a4b-nvfp4", "gemma-4-31b-it-nvfp4"], "global_head_dim"),
     **dict.fromkeys(["glm-5.2", "glm-5.2-fp8", "glm-5.3", "glm-5.3-fp8"], "indexer_types"),
     "kimi-k3": "linear_attn_config",
     "minimax-m3": "sparse_attention_config",
-    "llama-3.3-nemotron-super-49b-v1": "block_configs",
 }
 #: Refused for a field that changes the weights but not the cache (kvlib's records describe one
 #: query-head count per model and one expert width).
@@ -91,6 +89,14 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     # MiniMax-M1, attn_type_list: only its 10 softmax layers (every 8th) grow per token:
     # 2 × 10 × 8 KV heads × 128 × 2 B = 40,960 (the 70 lightning layers add nothing per token)
     ("minimax-m1", 2 * 10 * 8 * 128 * 2),
+    # Gemma-4-31B: 50 sliding layers × 2 × 16 KV heads × 256 × 2 B + 10 global layers with their
+    # own geometry (global_head_dim 512, num_global_key_value_heads 4): 10 × 2 × 4 × 512 × 2 B
+    ("gemma-4-31b-it-nvfp4", 50 * 2 * 16 * 256 * 2 + 10 * 2 * 4 * 512 * 2),
+    # Gemma-4-26B-A4B: 25 × 2 × 8 × 256 × 2 + 5 × 2 × 2 × 512 × 2 = 225,280
+    ("gemma-4-26b-a4b-nvfp4", 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2),
+    # Nemotron-Super-49B (block_configs): 49 blocks with attention of 64 / 8 = 8 KV heads × 128,
+    # 31 blocks without (attention.no_op): 49 × 2 × 8 × 128 × 2 = 200,704
+    ("llama-3.3-nemotron-super-49b-v1", 49 * 2 * 8 * 128 * 2),
 ])
 def test_exact_bytes_per_token(slug, expected):
     assert Model.from_hf_config(RECORDS[slug]["config"], slug).kv_bytes_per_token("bf16") == expected

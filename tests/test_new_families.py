@@ -332,3 +332,116 @@ def test_minimax_m1_lightning_state_against_transformers_meta():
     # 300 tokens × 2 × 8 × 128 × 2 B = 1,228,800 B of K/V on the one softmax layer
     assert (sum(t.numel() * t.element_size() for t in kv)
             == tokens * cut.kv_bytes_per_token("bf16") == 1_228_800)
+
+
+# --- per-layer geometry: Gemma-4's global layers, Nemotron-NAS blocks ---------------------------
+
+def _corpus(slug: str) -> dict:
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "data" / "config_corpus" / f"{slug}.json"
+    return json.loads(path.read_text())["config"]
+
+
+def test_gemma4_global_layers_have_their_own_geometry():
+    from kvlib.model.params import count_architecture
+    m = Model.from_hf_config(_corpus("gemma-4-31b-it-nvfp4"), "Gemma-4-31B")
+    assert m.layer_counts() == {"sliding": 50, "full": 10}
+    # sliding: 50 × 2 × 16 KV heads × 256 × 2 B = 819,200; global (global_head_dim 512,
+    # num_global_key_value_heads 4, attention_k_eq_v): 10 × 2 × 4 × 512 × 2 B = 81,920
+    assert m.kv_bytes_per_token("bf16") == 819_200 + 81_920 == 901_120
+    # past the 1,024-token window (131,072 tokens): 50 × 16,384 × 1,023 + 10 × 8,192 × 131,072
+    assert m.kv_bytes(131_072) == 50 * 16_384 * 1_023 + 10 * 8_192 * 131_072 == 11_575_459_840
+    # attention weights: sliding q and o 2 × 5,376 × 8,192 + k and v 2 × 5,376 × 4,096 =
+    # 132,120,576 × 50; global q and o 2 × 5,376 × 16,384 + k 5,376 × 2,048 (no v: the keys are
+    # reused as values) = 187,170,816 × 10
+    arch = count_architecture(m.architecture)
+    assert arch.components["attention"] == 50 * 132_120_576 + 10 * 187_170_816 == 8_477_736_960
+    m26 = Model.from_hf_config(_corpus("gemma-4-26b-a4b-nvfp4"), "Gemma-4-26B-A4B")
+    # 25 × 2 × 8 × 256 × 2 = 204,800 + 5 × 2 × 2 × 512 × 2 = 20,480
+    assert m26.kv_bytes_per_token("bf16") == 225_280
+    # every layer: a dense MLP (2,112) beside 128 experts (704, top 8): 3 × 2,816 × 2,112 per layer
+    counts = count_architecture(m26.architecture)
+    assert counts.components["mlp"] == 30 * 3 * 2_816 * 2_112
+    assert (counts.n_experts, counts.experts_per_token) == (128, 8)
+    # a Gemma-4 that shares KV across layers (E2B/E4B) is still refused, naming the field
+    text = _corpus("gemma-4-31b-it-nvfp4")["text_config"]
+    with pytest.raises(ValueError, match="'num_kv_shared_layers' \\(layers that reuse"):
+        Model.from_hf_config({**text, "num_kv_shared_layers": 20})
+    # the same keys outside Gemma-4 are still refused
+    with pytest.raises(ValueError, match="'global_head_dim' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "global_head_dim": 512})
+
+
+def test_gemma4_against_transformers_meta():
+    """transformers 5.24's Gemma-4 (its per_layer_config) built on the meta device from the
+    31B's text config cut to 6 layers (5 sliding, 1 global), prefilled with 300 and 2,000
+    tokens: its DynamicCache holds kvlib's bytes exactly (the sliding layers 1,023 tokens)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import cross_check_config
+    text = _corpus("gemma-4-31b-it-nvfp4")["text_config"]
+    rows = cross_check_config(text, "Gemma-4-31B", (300, 2000), n_layers=6)
+    # 300 tokens: 300 × (5 × 16,384 + 8,192) = 27,033,600 B
+    assert rows[0].transformers_bytes == rows[0].kvlib_bytes == 27_033_600
+    # 2,000 tokens: 5 × 16,384 × 1,023 + 8,192 × 2,000 = 100,188,160 B
+    assert rows[1].transformers_bytes == rows[1].kvlib_bytes == 100_188_160
+    assert all(row.explained for row in rows)
+
+
+def test_nemotron_nas_blocks():
+    from kvlib.model.params import count_architecture
+    config = _corpus("llama-3.3-nemotron-super-49b-v1")
+    m = Model.from_hf_config(config, "Llama-3.3-Nemotron-Super-49B")
+    # 49 blocks with attention (n_heads_in_group 8: 64 / 8 = 8 KV heads of 8,192 / 64 = 128),
+    # 31 with attention.no_op (no cache): 49 × 2 × 8 × 128 × 2 B = 200,704 (not 80 layers' 327,680)
+    assert m.layer_counts() == {"full": 49, "none": 31} and m.attention == "GQA"
+    assert m.kv_bytes_per_token("bf16") == 49 * 2 * 8 * 128 * 2 == 200_704
+    # MLP widths, vLLM's rule: int(2 · ffn_mult · 8,192 / 3) rounded up to 256:
+    # 5.25 → 28,672 (49), 1.3125 → 7,168 (10), 1.0 → 5,461 → 5,632 (8), 2.625 → 14,336 (6),
+    # 0.5 → 2,730 → 2,816 (6), 3.28125 → 17,920 (1); 3 matrices of 8,192 × width each
+    widths = 49 * 28_672 + 10 * 7_168 + 8 * 5_632 + 6 * 14_336 + 6 * 2_816 + 17_920
+    arch = m.architecture
+    assert sorted({s.intermediate_size for s in arch.layers}) == [
+        2_816, 5_632, 7_168, 14_336, 17_920, 28_672]
+    assert count_architecture(arch).components["mlp"] == 3 * 8_192 * widths
+    # a norm per part a block has: 49 with attention + 80 with an MLP = 129 norms of 8,192, plus
+    # the final norm
+    assert count_architecture(arch).components["norms"] == (49 + 80 + 1) * 8_192
+    # fields vLLM does not read are refused, naming the block
+    blocks = [dict(b) for b in config["block_configs"]]
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "replace_with_linear": True}}
+    with pytest.raises(ValueError, match="'block_configs' \\(layer 0: replace_with_linear"):
+        Model.from_hf_config({**config, "block_configs": blocks})
+    with pytest.raises(ValueError, match="block_configs describes 79 layers"):
+        Model.from_hf_config({**config, "block_configs": config["block_configs"][:79]})
+    # outside Nemotron-NAS, block_configs is still refused
+    with pytest.raises(ValueError, match="'block_configs' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "block_configs": config["block_configs"]})
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_nemotron_nas_against_vllm(vllm_specs, tp):
+    """vLLM 0.33: DeciLMDecoderLayer builds attention (with its KV cache, FullAttentionSpec)
+    only where attention.no_op is false, with num_attention_heads // n_heads_in_group KV heads;
+    the model-wide count comes from NemotronNasModelArchConfigConvertor."""
+    from types import SimpleNamespace
+
+    import vllm.config  # noqa: F401  (loads the convertor module without a circular import)
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        NemotronNasModelArchConfigConvertor)
+
+    def ns(value):  # the config as attributes, the way vLLM reads it
+        if isinstance(value, dict):
+            return SimpleNamespace(**{k: ns(v) for k, v in value.items()})
+        return [ns(v) for v in value] if isinstance(value, list) else value
+
+    v, config = vllm_specs, _corpus("llama-3.3-nemotron-super-49b-v1")
+    hf = ns(config)
+    kv_heads = NemotronNasModelArchConfigConvertor(hf, hf).get_total_num_kv_heads()
+    assert kv_heads == 8
+    with_cache = [b for b in hf.block_configs if not b.attention.no_op]
+    per_token = sum(_vllm_attention_page_1(v, hf.num_attention_heads // b.attention.n_heads_in_group,
+                                           128, tp) for b in with_cache)
+    assert len(with_cache) == 49
+    assert Model.from_hf_config(config).kv_bytes_per_token("bf16", tp) == per_token

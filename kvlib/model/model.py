@@ -227,20 +227,21 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
     att, mla, m1, m2, gdn = (arch.attention, arch.mla, arch.mamba1, arch.mamba2,
                              arch.gated_deltanet)
 
-    def attention(kind: str) -> AttentionLayer:
-        assert att is not None
-        return AttentionLayer(n_kv_heads=att.n_kv_heads, head_dim=att.head_dim,
-                              window=att.sliding_window if kind == "sliding" else None,
-                              chunk=att.chunk_size if kind == "chunked" else None)
+    def attention(kind: str, own: Any = None) -> AttentionLayer:
+        geometry = own or att  # a layer's own geometry (Gemma-4 global, Nemotron-NAS) or shared
+        assert geometry is not None
+        return AttentionLayer(n_kv_heads=geometry.n_kv_heads, head_dim=geometry.head_dim,
+                              window=geometry.sliding_window if kind == "sliding" else None,
+                              chunk=geometry.chunk_size if kind == "chunked" else None)
 
     def mamba2() -> Mamba2Layer:
         assert m2 is not None
         return Mamba2Layer(n_heads=m2.n_heads, head_dim=m2.head_dim, state_size=m2.state_size,
                            n_groups=m2.n_groups, conv_kernel=m2.conv_kernel)
 
-    def build(mixer: str) -> tuple[AnyLayer, ...]:
+    def build(mixer: str, own: Any = None) -> tuple[AnyLayer, ...]:
         if mixer in ("full", "sliding", "chunked"):
-            return (attention(mixer),)
+            return (attention(mixer, own),)
         if mixer == "parallel":
             return attention("full"), mamba2()
         if mixer == "mla":
@@ -267,12 +268,13 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
                                             head_dim=arch.lightning.head_dim),)
         return (StatelessLayer(),)
 
-    built: dict[str, tuple[AnyLayer, ...]] = {}
+    built: dict[tuple[str, Any], tuple[AnyLayer, ...]] = {}
     out: list[AnyLayer] = []
     for spec in arch.layers:
-        if spec.mixer not in built:
-            built[spec.mixer] = build(spec.mixer)
-        out.extend(built[spec.mixer])
+        key = (spec.mixer, spec.attention)
+        if key not in built:
+            built[key] = build(*key)
+        out.extend(built[key])
     return tuple(out)
 
 

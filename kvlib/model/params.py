@@ -98,7 +98,7 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     """(linear, bias+small, norms, kv_linear) parameters of one softmax-attention layer."""
     q_out = att.n_heads * att.head_dim
     kv_out = att.n_kv_heads * att.head_dim
-    kv_linear = 2 * hidden * kv_out
+    kv_linear = (1 if att.k_eq_v else 2) * hidden * kv_out  # Gemma-4 global: no v_proj
     linear = hidden * q_out * (2 if att.output_gate else 1) + kv_linear + q_out * hidden
     small = 0
     if att.qkv_bias:
@@ -218,15 +218,16 @@ def count_architecture(arch: Architecture) -> ParamCounts:
     moe, mlp = arch.moe, arch.mlp
     kv_total = n_kv = n_moe_layers = 0
     for spec in arch.layers:
-        comp["norms"] += arch.layer_norms * norm_size
+        comp["norms"] += (arch.layer_norms if spec.norms is None else spec.norms) * norm_size
         if spec.mixer in ("full", "sliding", "chunked", "parallel"):
-            assert arch.attention is not None
-            lin, small, norms, kv = _attention_params(arch.attention, hidden)
+            att = spec.attention or arch.attention  # a layer's own geometry, else the shared one
+            assert att is not None
+            lin, small, norms, kv = _attention_params(att, hidden)
             comp["attention"] += lin
             comp["small"] += small
             comp["norms"] += norms
             kv_total += kv
-            n_kv = arch.attention.n_kv_heads
+            n_kv = att.n_kv_heads
         elif spec.mixer == "mla":
             assert arch.mla is not None
             lin, norms = _mla_params(arch.mla, hidden, label)
@@ -269,9 +270,10 @@ def count_architecture(arch: Architecture) -> ParamCounts:
                 comp["shared_experts"] += mats * hidden * moe.shared_intermediate_size
                 if moe.shared_gate:
                     comp["router"] += hidden  # shared_expert_gate
-        elif spec.ffn == "dense":
+        if spec.ffn == "dense" or (spec.ffn == "moe" and moe is not None and moe.dense_beside):
             assert mlp is not None
-            inter = _need(mlp.intermediate_size, label, "intermediate_size")
+            inter = _need(spec.intermediate_size or mlp.intermediate_size, label,
+                          "intermediate_size")
             comp["mlp"] += mats * hidden * inter
             if mlp.bias:
                 comp["small"] += inter + hidden
