@@ -23,7 +23,6 @@ RECORDS = {path.stem: json.loads(path.read_text()) for path in FILES}
 CACHE_REFUSALS = {
     **dict.fromkeys(["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-nvfp4",
                      "deepseek-v4-pro-nvfp4", "deepseek-v4-flash-nvfp4-fp8"], "compress_ratios"),
-    **dict.fromkeys(["glm-5.2", "glm-5.2-fp8", "glm-5.3", "glm-5.3-fp8"], "indexer_types"),
     "kimi-k3": "linear_attn_config",
     "minimax-m3": "sparse_attention_config",
 }
@@ -94,6 +93,11 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     ("gemma-4-31b-it-nvfp4", 50 * 2 * 16 * 256 * 2 + 10 * 2 * 4 * 512 * 2),
     # Gemma-4-26B-A4B: 25 × 2 × 8 × 256 × 2 + 5 × 2 × 2 × 512 × 2 = 225,280
     ("gemma-4-26b-a4b-nvfp4", 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2),
+    # GLM-5.2 (IndexCache): the MLA latent on all 78 layers, the indexer keys only on the 21 layers
+    # vLLM builds an indexer on (index_skip_topk_offset 3, index_topk_freq 4: 0, 1, 2, 6, …, 74):
+    # 78 × 576 × 2 + 21 × (128 + 4) = 89,856 + 2,772 = 92,628
+    ("glm-5.2", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
+    ("glm-5.3-fp8", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
     # Nemotron-Super-49B (block_configs): 49 blocks with attention of 64 / 8 = 8 KV heads × 128,
     # 31 blocks without (attention.no_op): 49 × 2 × 8 × 128 × 2 = 200,704
     ("llama-3.3-nemotron-super-49b-v1", 49 * 2 * 8 * 128 * 2),

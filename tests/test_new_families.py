@@ -445,3 +445,28 @@ def test_nemotron_nas_against_vllm(vllm_specs, tp):
                                            128, tp) for b in with_cache)
     assert len(with_cache) == 49
     assert Model.from_hf_config(config).kv_bytes_per_token("bf16", tp) == per_token
+
+
+def test_glm52_indexer_on_some_layers(vllm_specs):
+    """GLM-5.2's IndexCache: vLLM 0.33 (deepseek_v2.py) builds the indexer, and so its key cache,
+    only where max(i − 3 + 1, 0) % 4 == 0; the config's own indexer_types says the same."""
+    config = _corpus("glm-5.2")
+    m = Model.from_hf_config(config, "GLM-5.2")
+    assert m.layer_counts() == {"mla": 78, "indexer": 21}
+    full = [i for i, t in enumerate(config["indexer_types"]) if t == "full"]
+    assert full == [0, 1, 2, *range(6, 78, 4)]
+    # one uniform-type vLLM group: a 16-token block holds every layer's page,
+    # 78 × 16 × 1,152 + 21 × 16 × 132 = 1,437,696 + 44,352 = 1,482,048 B
+    v, torch = vllm_specs, vllm_specs["torch"]
+    latent = v["mla"](block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    keys = v["mla"](block_size=16, num_kv_heads=1, head_size=132, dtype=torch.uint8)
+    specs = {**{f"attn.{i}": latent for i in range(78)}, **{f"idx.{i}": keys for i in full}}
+    assert 16 * m.kv_bytes_per_token("bf16") == v["uniform"].from_specs(specs).page_size_bytes
+    assert 16 * m.kv_bytes_per_token("bf16") == 1_482_048
+    # an indexer_types list that disagrees with vLLM's rule is refused, naming it
+    shifted = config["indexer_types"][1:] + config["indexer_types"][:1]
+    with pytest.raises(ValueError, match="'indexer_types' \\(indexer layers that disagree"):
+        Model.from_hf_config({**config, "indexer_types": shifted})
+    # index_topk_pattern (one letter per layer) wins over the frequency
+    pattern = "".join("F" if t == "full" else "S" for t in config["indexer_types"])
+    assert Model.from_hf_config({**config, "index_topk_pattern": pattern}).layers == m.layers

@@ -78,12 +78,16 @@ REFUSED_KEYS: dict[str, str] = {
     "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n, Gemma-4 E2B/E4B: "
                             "the last N layers read an earlier layer's K/V and cache nothing; not "
                             "modelled: no published config was found to check it against)",
-    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
-    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
-    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                       "GLM-5 and DeepSeek-V3.2 only)",
+    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                          "GLM-5 and DeepSeek-V3.2 only)",
+    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                              "GLM-5 and DeepSeek-V3.2 only)",
     "attn_layer_indices": "Falcon-H1 attention on only some layers (vLLM puts it on every layer)",
-    "indexer_types": "a DeepSeek-V3.2-style indexer on only some layers (GLM-5.2 IndexCache: 'shared' "
-                     "layers reuse the previous layer's top-k and keep no indexer keys)",
+    "indexer_types": "a DeepSeek-V3.2-style indexer on only some layers ('shared' layers reuse "
+                     "the previous layer's top-k and keep no indexer keys; read for GLM-5 and "
+                     "DeepSeek-V3.2 only)",
     "compress_ratios": "DeepSeek-V4's per-layer attention kinds: sliding window only (0), compressed "
                        "sparse (4: one entry per 4 tokens) or heavily compressed (128)",
     "linear_attn_config": "Kimi-Linear's KDA (linear attention, recurrent state) layers beside MLA layers",
@@ -102,6 +106,10 @@ FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
         "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block",
         "top_k_experts", "expert_intermediate_size", "use_bidirectional_attention",
         "hidden_size_per_layer_input", "vocab_size_per_layer_input", "use_double_wide_mlp"}),
+    # GLM-5.2/5.3 and DeepSeek-V3.2: IndexCache, an indexer on only some layers (vLLM 0.33
+    # deepseek_v2.py, DeepseekV2MLAAttention; _shared_indexer_layers)
+    **dict.fromkeys(("glm_moe_dsa", "deepseek_v32"), frozenset({
+        "index_topk_freq", "index_topk_pattern", "index_skip_topk_offset", "indexer_types"})),
     # Llama-Nemotron NAS / DeciLM (vLLM 0.33 nemotron_nas.py, DeciLMDecoderLayer)
     "nemotron-nas": frozenset({"block_configs"}),
 }
@@ -284,7 +292,8 @@ class LayerSpec:
     ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block). Where one layer
     departs from the shared geometry: attention, its own softmax-attention geometry (Gemma-4's
     global layers, Nemotron-NAS's per-layer KV heads); intermediate_size, its own dense MLP width;
-    norms, its own count of norm vectors (None: the shared one).
+    norms, its own count of norm vectors (None: the shared one); shared_indexer: an MLA layer
+    that reuses an earlier layer's DeepSeek-V3.2 top-k and has no indexer of its own (IndexCache).
     """
 
     mixer: Mixer
@@ -292,6 +301,7 @@ class LayerSpec:
     attention: Attention | None = None
     intermediate_size: int | None = None
     norms: int | None = None
+    shared_indexer: bool = False
 
 
 @dataclass(frozen=True)
@@ -1066,6 +1076,36 @@ def _gemma4_layers(c: _Fields, layers: tuple[LayerSpec, ...],
     return tuple(out)
 
 
+def _shared_indexer_layers(c: _Fields, layers: tuple[LayerSpec, ...]) -> tuple[LayerSpec, ...]:
+    """IndexCache (GLM-5.2/5.3): only some MLA layers run the DeepSeek-V3.2 indexer and cache its
+    keys; the others reuse the previous top-k. vLLM 0.33 (deepseek_v2.py,
+    ``DeepseekV2MLAAttention``) builds the indexer on layer i unless
+    ``max(i − index_skip_topk_offset + 1, 0) % index_topk_freq != 0`` (offset default 2, freq
+    default 1: every layer), or, with ``index_topk_pattern``, unless its i-th letter is "S".
+    GLM-5.2's offset 3 and freq 4 give layers 0, 1, 2, 6, 10, …, 74: 21 of 78. A config's own
+    ``indexer_types`` ("full"/"shared" per layer, which vLLM does not read) must agree.
+    """
+    n = len(layers)
+    pattern = c.get("index_topk_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - {"S", "F"}:
+            raise ValueError(f"{c.field('index_topk_pattern')} must hold one letter per layer, "
+                             f"S (shared) or F (full), got {pattern!r}")
+        shared = [ch == "S" for ch in pattern]
+    else:
+        freq = c.int("index_topk_freq", default=1)
+        offset = c.int("index_skip_topk_offset", default=2, minimum=0)
+        shared = [max(i - offset + 1, 0) % freq != 0 for i in range(n)]
+    if c.has("indexer_types"):
+        stated = _int_list(c, "indexer_types", n, {"full", "shared"})
+        if [t == "shared" for t in stated] != shared:
+            raise _cache_refusal(c, "indexer_types", "indexer layers that disagree with the ones "
+                                 "vLLM builds from index_topk_freq and index_skip_topk_offset")
+    return tuple(LayerSpec(spec.mixer, spec.ffn, shared_indexer=True)
+                 if skip and spec.mixer == "mla" else spec
+                 for spec, skip in zip(layers, shared))
+
+
 #: Nemotron-NAS block fields vLLM 0.33 reads (nemotron_nas.py), and those it does not read,
 #: which must be unset: a block whose attention is replaced by a linear layer, windowed, given
 #: sink tokens or sparsified is built by vLLM as plain attention, so kvlib cannot size it.
@@ -1160,7 +1200,7 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
         text["num_hidden_layers"] = n_layers
         for key in ("layer_types", "no_rope_layers", "layers_block_type", "attn_type_list",
                     "mlp_layer_types", "num_attention_heads_per_layer",
-                    "block_configs"):  # one entry per layer
+                    "block_configs", "indexer_types"):  # one entry per layer
             if isinstance(text.get(key), list):
                 text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
@@ -1316,6 +1356,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     mlp = _mlp(c, model_type, hidden, _gated(c, model_type))
     if model_type == "gemma4_text":
         layers = _gemma4_layers(c, layers, attention)
+    elif model_type in ("glm_moe_dsa", "deepseek_v32") and c.has("index_n_heads"):
+        layers = _shared_indexer_layers(c, layers)
     elif model_type == "nemotron-nas":
         layers = _nas_layers(c, n_layers, attention, hidden)
         mixers = frozenset(spec.mixer for spec in layers)

@@ -239,7 +239,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
         return Mamba2Layer(n_heads=m2.n_heads, head_dim=m2.head_dim, state_size=m2.state_size,
                            n_groups=m2.n_groups, conv_kernel=m2.conv_kernel)
 
-    def build(mixer: str, own: Any = None) -> tuple[AnyLayer, ...]:
+    def build(mixer: str, own: Any = None, shared_indexer: bool = False) -> tuple[AnyLayer, ...]:
         if mixer in ("full", "sliding", "chunked"):
             return (attention(mixer, own),)
         if mixer == "parallel":
@@ -247,7 +247,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
         if mixer == "mla":
             assert mla is not None
             latent = MLALayer(kv_lora_rank=mla.kv_lora_rank, rope_dim=mla.qk_rope_head_dim)
-            if mla.indexer is None:
+            if mla.indexer is None or shared_indexer:  # IndexCache: no indexer keys here
                 return (latent,)
             return latent, IndexerKeyLayer(head_dim=mla.indexer.head_dim,
                                            n_heads=mla.indexer.n_heads)
@@ -271,7 +271,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
     built: dict[tuple[str, Any], tuple[AnyLayer, ...]] = {}
     out: list[AnyLayer] = []
     for spec in arch.layers:
-        key = (spec.mixer, spec.attention)
+        key = (spec.mixer, spec.attention, spec.shared_indexer)
         if key not in built:
             built[key] = build(*key)
         out.extend(built[key])

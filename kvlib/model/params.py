@@ -115,9 +115,11 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     return linear, small, norms, kv_linear
 
 
-def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
+def _mla_params(mla: MLA, hidden: int, label: str,
+                indexer: bool = True) -> tuple[int, int]:
     """(linear, norms) parameters of one MLA layer (DeepSeek-V2/V3, Kimi-K2), plus the
-    DeepSeek-V3.2 lightning indexer when the config has one."""
+    DeepSeek-V3.2 lightning indexer when the config has one and the layer runs it (``indexer``;
+    vLLM drops a shared layer's indexer weights when loading)."""
     n_heads, q_lora, kv_lora, rope = (mla.n_heads, mla.q_lora_rank, mla.kv_lora_rank,
                                       mla.qk_rope_head_dim)
     nope = _need(mla.qk_nope_head_dim, label, "qk_nope_head_dim")
@@ -131,7 +133,7 @@ def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
         linear = hidden * n_heads * qk
     linear += hidden * (kv_lora + rope) + kv_lora * n_heads * (nope + v_dim)
     linear += n_heads * v_dim * hidden
-    if mla.indexer is not None:  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
+    if mla.indexer is not None and indexer:  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
         ih, idim = mla.indexer.n_heads, mla.indexer.head_dim
         linear += (q_lora or hidden) * ih * idim + hidden * idim + hidden * ih
         norms += 2 * idim
@@ -230,7 +232,7 @@ def count_architecture(arch: Architecture) -> ParamCounts:
             n_kv = att.n_kv_heads
         elif spec.mixer == "mla":
             assert arch.mla is not None
-            lin, norms = _mla_params(arch.mla, hidden, label)
+            lin, norms = _mla_params(arch.mla, hidden, label, not spec.shared_indexer)
             comp["attention"] += lin
             comp["norms"] += norms
         if spec.mixer in ("mamba2", "parallel"):
