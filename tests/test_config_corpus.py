@@ -1,4 +1,4 @@
-"""The config corpus (data/config_corpus/): 65 published config.json files of 2025-2026 models
+"""The config corpus (data/config_corpus/): 67 published config.json files of 2025-2026 models
 that the reader was not written for. Each must be sized, or refused by name for a field that
 really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
 a name-pattern guess alone. Each verdict rests on the model type's modeling code in transformers
@@ -98,6 +98,10 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     # 78 × 576 × 2 + 21 × (128 + 4) = 89,856 + 2,772 = 92,628
     ("glm-5.2", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
     ("glm-5.3-fp8", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
+    # MiMo-V2-Flash (hybrid_layer_pattern): 9 full layers × 4 KV heads × (K 192 + V 128) × 2 B +
+    # 39 sliding layers with their swa_* geometry, 8 × (192 + 128) × 2 B
+    ("mimo-v2-flash", 9 * 4 * (192 + 128) * 2 + 39 * 8 * (192 + 128) * 2),
+    ("gemma-4-26b-a4b", 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2),
     # Nemotron-Super-49B (block_configs): 49 blocks with attention of 64 / 8 = 8 KV heads × 128,
     # 31 blocks without (attention.no_op): 49 × 2 × 8 × 128 × 2 = 200,704
     ("llama-3.3-nemotron-super-49b-v1", 49 * 2 * 8 * 128 * 2),

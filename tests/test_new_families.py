@@ -470,3 +470,59 @@ def test_glm52_indexer_on_some_layers(vllm_specs):
     # index_topk_pattern (one letter per layer) wins over the frequency
     pattern = "".join("F" if t == "full" else "S" for t in config["indexer_types"])
     assert Model.from_hf_config({**config, "index_topk_pattern": pattern}).layers == m.layers
+
+
+def test_mimo_v2_per_layer_geometry():
+    from kvlib.model.params import count_architecture
+    config = _corpus("mimo-v2-flash")
+    m = Model.from_hf_config(config, "MiMo-V2-Flash")
+    # hybrid_layer_pattern: 0 full (layers 0, 5, 11, …, 47: 9), 1 sliding (39)
+    assert m.layer_counts() == {"full": 9, "sliding": 39}
+    # full: 4 KV heads × (K 192 + V 128) × 2 B = 2,560; sliding (swa_*): 8 × 320 × 2 = 5,120
+    assert m.kv_bytes_per_token("bf16") == 9 * 2_560 + 39 * 5_120 == 222_720
+    # 131,072 tokens: the sliding layers keep W − 1 = 127 tokens (vLLM's window of 128)
+    assert m.kv_bytes(131_072) == 9 * 2_560 * 131_072 + 39 * 5_120 * 127 == 3_045_258_240
+    # 308.8 B parameters, 15.4 B active (Xiaomi's model card: 309 B total, 15 B active)
+    counts = count_architecture(m.architecture)
+    assert (round(counts.total / 1e9), round(counts.active / 1e9)) == (309, 15)
+    with pytest.raises(ValueError, match="'add_full_attention_sink_bias' \\(sinks"):
+        Model.from_hf_config({**config, "add_full_attention_sink_bias": True})
+    with pytest.raises(ValueError, match="'hybrid_layer_pattern' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "hybrid_layer_pattern": [0] * 28})
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_mimo_v2_against_vllm(vllm_specs, tp):
+    """vLLM 0.33 mimo_v2.py: full layers FullAttentionSpec(num_key_value_heads, head_dim,
+    head_size_v = v_head_dim); sliding layers SlidingWindowSpec(swa_num_key_value_heads,
+    swa_head_dim, swa_v_head_dim, sliding_window_size)."""
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+    v, cfg = vllm_specs, _corpus("mimo-v2-flash")
+    bf16 = v["torch"].bfloat16
+    full = v["full"](block_size=16, num_kv_heads=max(1, cfg["num_key_value_heads"] // tp),
+                     head_size=cfg["head_dim"], head_size_v=cfg["v_head_dim"], dtype=bf16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=cfg["swa_num_key_value_heads"] // tp,
+                            head_size=cfg["swa_head_dim"], head_size_v=cfg["swa_v_head_dim"],
+                            dtype=bf16, sliding_window=cfg["sliding_window_size"])
+    m = Model.from_hf_config(cfg)
+    assert m.kv_bytes_per_token("bf16", tp) == (9 * full.page_size_bytes
+                                                + 39 * swa.page_size_bytes) // 16
+    sliding = next(lay for lay in m.layers if lay.kind == "sliding")
+    assert 16 * sliding.bytes_per_token("bf16", tp) == swa.page_size_bytes
+    assert sliding.pages_per_request(131_072, 8192, 16) == swa.max_admission_blocks_per_request(
+        max_in_flight_tokens=8192, max_model_len=131_072)
+
+
+def test_mimo_v2_against_transformers_meta():
+    """transformers 5.24's MiMo-V2-Flash on the meta device, the first 6 layers (full, 4
+    sliding, full): exact below the window; past it transformers keeps one token more per
+    sliding layer (its window is sliding_window_size + 1 = 129, vLLM's 128)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import cross_check_config
+    rows = cross_check_config(_corpus("mimo-v2-flash"), "MiMo-V2-Flash", (100, 300), n_layers=6)
+    # 100 tokens: 100 × (2 × 2,560 + 4 × 5,120) = 2,560,000 B, both
+    assert rows[0].transformers_bytes == rows[0].kvlib_bytes == 2_560_000
+    # 300 tokens: kvlib 300 × 5,120 + 4 × 127 × 5,120 = 4,136,960; transformers 4 × 5,120 more
+    assert rows[1].kvlib_bytes == 4_136_960
+    assert rows[1].transformers_bytes - rows[1].kvlib_bytes == 4 * 5_120

@@ -68,9 +68,11 @@ _NEMOTRON_BLOCK_NAMES: dict[str, str] = {
 #: Fields that change what is cached in ways kvlib does not model, with what they describe: a
 #: config that sets one is refused rather than silently mis-sized.
 REFUSED_KEYS: dict[str, str] = {
-    "hybrid_layer_pattern": "MiMo-V2's per-layer attention kinds with their own geometry",
-    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (MiMo-V2)",
-    "swa_head_dim": "a separate head dim for the sliding-window layers (MiMo-V2)",
+    "hybrid_layer_pattern": "per-layer attention kinds with their own geometry (read for MiMo-V2 "
+                            "only)",
+    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (read for "
+                               "MiMo-V2 only)",
+    "swa_head_dim": "a separate head dim for the sliding-window layers (read for MiMo-V2 only)",
     "global_head_dim": "a separate head dim for the global layers (read for Gemma-4 only)",
     "num_global_key_value_heads": "a separate KV-head count for the global layers (read for "
                                   "Gemma-4 only)",
@@ -97,6 +99,7 @@ REFUSED_KEYS: dict[str, str] = {
                      "and FFN widths (read for Nemotron-NAS only)",
 }
 
+_MIMO_TYPES = ("mimo_v2_flash", "mimo_v2")
 #: Per-family knowledge of keys that are read for that ``model_type`` only (each checked against
 #: the family's modeling code); in any other family the same name is judged by REFUSED_KEYS.
 FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
@@ -110,6 +113,11 @@ FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
     # deepseek_v2.py, DeepseekV2MLAAttention; _shared_indexer_layers)
     **dict.fromkeys(("glm_moe_dsa", "deepseek_v32"), frozenset({
         "index_topk_freq", "index_topk_pattern", "index_skip_topk_offset", "indexer_types"})),
+    # MiMo-V2-Flash (vLLM 0.33 mimo_v2.py, MiMoV2DecoderLayer; transformers 5.24 mimo_v2_flash)
+    **dict.fromkeys(_MIMO_TYPES, frozenset({
+        "hybrid_layer_pattern", "swa_num_attention_heads", "swa_num_key_value_heads",
+        "swa_head_dim", "swa_v_head_dim", "add_swa_attention_sink_bias",
+        "add_full_attention_sink_bias"})),
     # Llama-Nemotron NAS / DeciLM (vLLM 0.33 nemotron_nas.py, DeciLMDecoderLayer)
     "nemotron-nas": frozenset({"block_configs"}),
 }
@@ -155,6 +163,11 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
         "shared_moe_mode": "how a shared expert's output is mixed (sigmoid gate); "
                            "shared_intermediate_size (read) says whether there is one",
         "router_jitter_noise": "training-time router noise: no shape",
+    },
+    # MiMo-V2-Flash (vLLM 0.33 mimo_v2.py): hybrid_layer_pattern and the swa_* geometry are read
+    "mimo_v2_flash": {
+        "swa_rope_theta": "RoPE base of the sliding-window layers: no shape",
+        "attention_value_scale": "a scale on V before attention: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
@@ -314,7 +327,8 @@ class Attention:
     ``per_head`` (a norm of H values on q and on k) or ``per_layer`` (over all heads, MiniMax);
     sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
     (Qwen3-Next/3.5: q projection twice as wide); k_eq_v: the values are the keys' projection
-    (Gemma-4 global layers: no V weights, but K and V are both normed and cached).
+    (Gemma-4 global layers: no V weights, but K and V are both normed and cached); v_head_dim:
+    a V head dim unlike K's (MiMo-V2: 192 and 128), None when they are equal.
     """
 
     n_heads: int
@@ -328,6 +342,7 @@ class Attention:
     sinks: bool = False
     output_gate: bool = False
     k_eq_v: bool = False
+    v_head_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -644,6 +659,11 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         return [("mamba1", "none")] * n_layers
     if model_type == "falcon_h1":  # attention and Mamba-2 side by side in every layer
         return ["parallel"] * n_layers
+    if model_type in _MIMO_TYPES and c.has("hybrid_layer_pattern"):
+        # MiMo-V2: 1 a sliding-window layer, 0 full attention (vLLM mimo_v2.py,
+        # is_compressed_softmax_layer); its attention_chunk_size is read by no MiMo-V2 layer
+        return ["sliding" if kind == 1 else "full"
+                for kind in _int_list(c, "hybrid_layer_pattern", n_layers, {0, 1})]
     if c.has("attention_chunk_size"):
         return _llama4_chunked(c, n_layers)
     if c.has("full_attention_interval"):
@@ -762,6 +782,9 @@ def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
         period = c.int("expert_layer_period", default=2)
         offset = c.int("expert_layer_offset", default=1, minimum=0)
         return {i for i in range(n_layers) if i % period == offset}
+    if isinstance(c.get("moe_layer_freq"), (list, tuple)):  # MiMo-V2: 1 MoE, 0 dense per layer
+        kinds = _int_list(c, "moe_layer_freq", n_layers, {0, 1})
+        return {i for i, kind in enumerate(kinds) if kind == 1}
     if c.has("mlp_layer_types"):  # Laguna, GLM-5.2: "dense" or "sparse" (routed experts) per layer
         kinds = _int_list(c, "mlp_layer_types", n_layers, {"dense", "sparse"})
         return {i for i, kind in enumerate(kinds) if kind == "sparse"}
@@ -1106,6 +1129,37 @@ def _shared_indexer_layers(c: _Fields, layers: tuple[LayerSpec, ...]) -> tuple[L
                  for spec, skip in zip(layers, shared))
 
 
+def _mimo_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                 attention: Attention | None) -> tuple[LayerSpec, ...]:
+    """MiMo-V2-Flash: each kind of layer has its own geometry, as vLLM 0.33 builds it
+    (mimo_v2.py, ``MiMoV2DecoderLayer``): sliding layers ``swa_num_attention_heads``,
+    ``swa_num_key_value_heads``, K head dim ``swa_head_dim``, V head dim ``swa_v_head_dim``, window
+    ``sliding_window_size``, a sink per head when ``add_swa_attention_sink_bias``; full layers
+    ``num_key_value_heads``, ``head_dim`` and ``v_head_dim``. vLLM's window of W = 128 keeps
+    W − 1 = 127 tokens; transformers 5.24 (mimo_v2_flash) sets its window to W + 1 and keeps 128.
+    """
+    if attention is None:
+        return layers
+    if c.flag("add_full_attention_sink_bias"):
+        raise _cache_refusal(c, "add_full_attention_sink_bias", "sinks on the full layers, which "
+                             "vLLM's MiMo-V2 does not build")
+    full = Attention(n_heads=attention.n_heads, n_kv_heads=attention.n_kv_heads,
+                     head_dim=attention.head_dim, v_head_dim=c.opt_int("v_head_dim"),
+                     qkv_bias=attention.qkv_bias)
+    n_heads = c.int("swa_num_attention_heads", default=attention.n_heads)
+    n_kv = c.int("swa_num_key_value_heads", default=attention.n_kv_heads)
+    if n_heads % n_kv:
+        raise ValueError(f"{c.model}: {n_kv} sliding-window KV heads (swa_num_key_value_heads) "
+                         f"cannot serve {n_heads} query heads")
+    swa = Attention(n_heads=n_heads, n_kv_heads=n_kv,
+                    head_dim=c.int("swa_head_dim", default=attention.head_dim),
+                    v_head_dim=c.opt_int("swa_v_head_dim"), qkv_bias=attention.qkv_bias,
+                    sliding_window=attention.sliding_window,
+                    sinks=c.flag("add_swa_attention_sink_bias"))
+    return tuple(LayerSpec(spec.mixer, spec.ffn, attention=swa if spec.mixer == "sliding" else full)
+                 for spec in layers)
+
+
 #: Nemotron-NAS block fields vLLM 0.33 reads (nemotron_nas.py), and those it does not read,
 #: which must be unset: a block whose attention is replaced by a linear layer, windowed, given
 #: sink tokens or sparsified is built by vLLM as plain attention, so kvlib cannot size it.
@@ -1200,7 +1254,8 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
         text["num_hidden_layers"] = n_layers
         for key in ("layer_types", "no_rope_layers", "layers_block_type", "attn_type_list",
                     "mlp_layer_types", "num_attention_heads_per_layer",
-                    "block_configs", "indexer_types"):  # one entry per layer
+                    "block_configs", "indexer_types", "hybrid_layer_pattern",
+                    "moe_layer_freq"):  # one entry per layer
             if isinstance(text.get(key), list):
                 text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
@@ -1356,6 +1411,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     mlp = _mlp(c, model_type, hidden, _gated(c, model_type))
     if model_type == "gemma4_text":
         layers = _gemma4_layers(c, layers, attention)
+    elif model_type in _MIMO_TYPES:
+        layers = _mimo_layers(c, layers, attention)
     elif model_type in ("glm_moe_dsa", "deepseek_v32") and c.has("index_n_heads"):
         layers = _shared_indexer_layers(c, layers)
     elif model_type == "nemotron-nas":

@@ -231,6 +231,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
         geometry = own or att  # a layer's own geometry (Gemma-4 global, Nemotron-NAS) or shared
         assert geometry is not None
         return AttentionLayer(n_kv_heads=geometry.n_kv_heads, head_dim=geometry.head_dim,
+                              v_head_dim=geometry.v_head_dim,
                               window=geometry.sliding_window if kind == "sliding" else None,
                               chunk=geometry.chunk_size if kind == "chunked" else None)
 

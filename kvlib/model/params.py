@@ -98,11 +98,14 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     """(linear, bias+small, norms, kv_linear) parameters of one softmax-attention layer."""
     q_out = att.n_heads * att.head_dim
     kv_out = att.n_kv_heads * att.head_dim
-    kv_linear = (1 if att.k_eq_v else 2) * hidden * kv_out  # Gemma-4 global: no v_proj
-    linear = hidden * q_out * (2 if att.output_gate else 1) + kv_linear + q_out * hidden
+    v_dim = att.v_head_dim or att.head_dim  # MiMo-V2: V heads narrower than K's
+    v_out = 0 if att.k_eq_v else att.n_kv_heads * v_dim  # Gemma-4 global: no v_proj
+    kv_linear = hidden * (kv_out + v_out)
+    linear = (hidden * q_out * (2 if att.output_gate else 1) + kv_linear
+              + att.n_heads * v_dim * hidden)
     small = 0
     if att.qkv_bias:
-        small += q_out + 2 * kv_out
+        small += q_out + kv_out + v_out
     if att.o_bias:
         small += hidden  # o_proj bias
     if att.sinks:
