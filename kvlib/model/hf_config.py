@@ -4,7 +4,10 @@
 one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
 shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet, MiniMax lightning
 attention), the MLP/MoE shapes,
-vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.model.params`` (the
+vocabulary, embeddings, norms and dtypes. A layer whose geometry departs from the shared one
+carries its own (Gemma-4's global layers, MiMo-V2's sliding layers, Nemotron-NAS blocks, GLM-5.2's
+layers without an indexer), read from keys listed per family in ``FAMILY_READ_KEYS``.
+``kvlib.model`` (the cache), ``kvlib.model.params`` (the
 parameter counts), ``kvlib.engines.capacity`` (the activation width, the vocabulary) and
 ``kvlib.model.crosscheck`` all work from this record; no other module reads config keys.
 
