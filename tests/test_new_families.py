@@ -525,3 +525,21 @@ def test_mimo_v2_against_transformers_meta():
     # 300 tokens: kvlib 300 × 2,560 + 127 × 5,120 = 1,418,240; transformers one token (5,120) more
     assert rows[1].kvlib_bytes == 1_418_240
     assert rows[1].transformers_bytes - rows[1].kvlib_bytes == 5_120
+
+
+def test_nemotron_nas_block_fields_are_checked():
+    config = _corpus("llama-3.3-nemotron-super-49b-v1")
+
+    def with_block(**attention):
+        blocks = [dict(b) for b in config["block_configs"]]
+        blocks[3] = {**blocks[3], "attention": {**blocks[3]["attention"], **attention}}
+        return {**config, "block_configs": blocks}
+
+    with pytest.raises(ValueError, match="layer 3: attention fields kv_sharing unknown"):
+        Model.from_hf_config(with_block(kv_sharing=2))
+    with pytest.raises(ValueError, match="layer 3: window_length set"):
+        Model.from_hf_config(with_block(window_length=4096))
+    with pytest.raises(ValueError, match="no_op must be true or false"):
+        Model.from_hf_config(with_block(no_op="yes"))
+    with pytest.raises(ValueError, match="n_heads_in_group \\(7\\) does not divide"):
+        Model.from_hf_config(with_block(n_heads_in_group=7))

@@ -1169,6 +1169,8 @@ def _mimo_layers(c: _Fields, layers: tuple[LayerSpec, ...],
 _NAS_ATTENTION_UNREAD = ("replace_with_linear", "sparsify", "window_length", "num_sink_tokens",
                          "unshifted_sink", "use_prefill_window_in_sink_attention")
 _NAS_FFN_UNREAD = ("replace_with_linear", "sparsify")
+_NAS_KEYS = {"attention": {"no_op", "n_heads_in_group", *_NAS_ATTENTION_UNREAD},
+             "ffn": {"no_op", "ffn_mult", "intermediate_size", "hidden_act", *_NAS_FFN_UNREAD}}
 
 
 def _nas_intermediate(ffn: Mapping[str, Any], hidden: int, c: _Fields, i: int) -> int:
@@ -1201,11 +1203,22 @@ def _nas_layers(c: _Fields, n_layers: int, attention: Attention | None,
     out = []
     for i, block in enumerate(blocks):
         att, ffn = block["attention"], block["ffn"]
-        for part, unread in ((att, _NAS_ATTENTION_UNREAD), (ffn, _NAS_FFN_UNREAD)):
+        for name, part, unread in (("attention", att, _NAS_ATTENTION_UNREAD),
+                                   ("ffn", ffn, _NAS_FFN_UNREAD)):
+            unknown = sorted(map(str, set(part) - _NAS_KEYS[name]))
+            if unknown:
+                raise _cache_refusal(c, "block_configs", f"layer {i}: {name} fields "
+                                     f"{', '.join(unknown)} unknown to kvlib")
             for key in unread:
                 if _is_set(part.get(key)):
                     raise _cache_refusal(c, "block_configs", f"layer {i}: {key} set, which vLLM "
                                          "does not read")
+            if not isinstance(part.get("no_op", False), bool):
+                raise ValueError(f"{c.model}: block_configs[{i}] {name} no_op must be true or "
+                                 f"false, got {part.get('no_op')!r}")
+        if ffn.get("hidden_act") not in (None, c.get("hidden_act")):
+            raise _weight_refusal(c, "block_configs", f"layer {i}: its own MLP activation "
+                                  f"{ffn.get('hidden_act')!r}")
         has_attention, has_ffn = not att.get("no_op"), not ffn.get("no_op")
         geometry = None
         if has_attention:
