@@ -1,6 +1,6 @@
 """The config corpus (data/config_corpus/): 67 published config.json files of 2025-2026 models
 that the reader was not written for. Each must be sized, or refused by name for a field that
-really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
+really changes the cache (or, for the one listed below, the weights); a refusal may never rest on
 a name-pattern guess alone. Each verdict rests on the model type's modeling code in transformers
 5.24.0 or vLLM 0.33.0."""
 from __future__ import annotations
@@ -27,10 +27,8 @@ CACHE_REFUSALS = {
     "minimax-m3": "sparse_attention_config",
 }
 #: Refused for a field that changes the weights but not the cache (kvlib's records describe one
-#: query-head count per model and one expert width).
+#: expert width).
 WEIGHT_REFUSALS = {
-    "laguna-s-2.1-fp8": "num_attention_heads_per_layer",
-    "laguna-xs.2-fp8": "num_attention_heads_per_layer",
     "nemotron-3-ultra-550b-a55b": "moe_latent_size",
 }
 
@@ -187,8 +185,14 @@ def test_mtp_layers_are_read_and_not_counted():
 def test_parameter_refusals_are_listed():
     assert set(PARAMETER_REFUSED_KEYS) == {"moe_latent_size"}
     laguna = RECORDS["laguna-xs.2-fp8"]["config"]
+    # per-layer query heads change the weights, never the cache: 2 × 40 × 8 × 128 × 2 either way
     same_heads = {**laguna, "num_attention_heads_per_layer": [48] * 40}
-    assert Model.from_hf_config(same_heads).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2
+    assert (Model.from_hf_config(same_heads).kv_bytes_per_token("bf16")
+            == Model.from_hf_config(laguna).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2)
+    # outside Laguna, differing per-layer query heads are still refused (for the weights)
+    qwen = RECORDS["qwen3-0.6b"]["config"]
+    with pytest.raises(ValueError, match="'num_attention_heads_per_layer' \(query heads"):
+        Model.from_hf_config({**qwen, "num_attention_heads_per_layer": [16, 8] * 14})
 
 
 def test_family_lists_do_not_overlap_the_global_decisions():

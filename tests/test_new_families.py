@@ -543,3 +543,27 @@ def test_nemotron_nas_block_fields_are_checked():
         Model.from_hf_config(with_block(no_op="yes"))
     with pytest.raises(ValueError, match="n_heads_in_group \\(7\\) does not divide"):
         Model.from_hf_config(with_block(n_heads_in_group=7))
+
+
+def test_laguna_per_layer_query_heads_against_transformers_meta():
+    """Laguna (transformers 5.24 LagunaAttention): per-layer query heads over 8 KV heads and a
+    per-head output gate. The first two layers (one dense, one MoE) built on the meta device
+    have exactly kvlib's parameter count, and after 600 tokens (past the 512-token window) its
+    cache holds kvlib's bytes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import measure_cache, transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    config = _corpus("laguna-xs.2-fp8")
+    m = Model.from_hf_config(config, "Laguna-XS.2")
+    heads = config["num_attention_heads_per_layer"]
+    assert sorted({s.attention.n_heads for s in m.architecture.layers}) == sorted(set(heads))
+    # the cache depends on the 8 KV heads of 128 only: 40 × 2 × 8 × 128 × 2 = 163,840 B/token
+    assert m.kv_bytes_per_token("bf16") == 163_840
+    cut = transformers_config(config, 2)
+    hf = transformers_model(cut)
+    ours = Model.from_hf_config(cut)
+    assert sum(p.numel() for p in hf.parameters()) == count_architecture(ours.architecture).total
+    # layer 0 full (600 tokens), layer 1 sliding (511): (600 + 511) × 4,096 = 4,550,656 B
+    assert measure_cache(hf, 600)[0] == ours.kv_bytes(600) == 4_550_656

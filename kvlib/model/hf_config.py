@@ -121,6 +121,8 @@ FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
         "hybrid_layer_pattern", "swa_num_attention_heads", "swa_num_key_value_heads",
         "swa_head_dim", "swa_v_head_dim", "add_swa_attention_sink_bias",
         "add_full_attention_sink_bias"})),
+    # Laguna (transformers 5.24 laguna/modeling_laguna.py, vLLM 0.33 laguna.py): its output gate
+    "laguna": frozenset({"gating"}),
     # Llama-Nemotron NAS / DeciLM (vLLM 0.33 nemotron_nas.py, DeciLMDecoderLayer)
     "nemotron-nas": frozenset({"block_configs"}),
 }
@@ -331,7 +333,8 @@ class Attention:
     sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
     (Qwen3-Next/3.5: q projection twice as wide); k_eq_v: the values are the keys' projection
     (Gemma-4 global layers: no V weights, but K and V are both normed and cached); v_head_dim:
-    a V head dim unlike K's (MiMo-V2: 192 and 128), None when they are equal.
+    a V head dim unlike K's (MiMo-V2: 192 and 128), None when they are equal; head_gate: one
+    output-gate value per query head (Laguna's g_proj, hidden → heads).
     """
 
     n_heads: int
@@ -346,6 +349,7 @@ class Attention:
     output_gate: bool = False
     k_eq_v: bool = False
     v_head_dim: int | None = None
+    head_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -1022,7 +1026,7 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
                                 default=0, minimum=0),
         intermediate_size=inter, shared_intermediate_size=shared or None,
         shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
-        router_bias=(model_type in ("gpt_oss", "nemotron_h") or c.flag("use_routing_bias")
+        router_bias=(model_type in ("gpt_oss", "nemotron_h", "laguna") or c.flag("use_routing_bias")
                      or c.get("topk_method") == "noaux_tc"),
         expert_bias=model_type == "gpt_oss", dense_beside=model_type == "gemma4_text")
 
@@ -1161,6 +1165,35 @@ def _mimo_layers(c: _Fields, layers: tuple[LayerSpec, ...],
                     sinks=c.flag("add_swa_attention_sink_bias"))
     return tuple(LayerSpec(spec.mixer, spec.ffn, attention=swa if spec.mixer == "sliding" else full)
                  for spec in layers)
+
+
+def _laguna_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                   attention: Attention | None) -> tuple[LayerSpec, ...]:
+    """Laguna: per-layer query heads (``num_attention_heads_per_layer``) over one KV-head count,
+    and an output gate ``g_proj`` (transformers 5.24 ``LagunaAttention``): per head
+    (``gating`` true or "per-head": hidden → heads) or per element (hidden → heads × head dim).
+    The cache depends on the KV heads only; the weights on each layer's query heads."""
+    if attention is None:
+        return layers
+    gating = c.get("gating", True)
+    if gating not in (True, False, "per-head", "per-element"):
+        raise ValueError(f"{c.field('gating')} must be true, false, 'per-head' or 'per-element', "
+                         f"got {gating!r}")
+    heads = (_int_list(c, "num_attention_heads_per_layer", len(layers))
+             if c.has("num_attention_heads_per_layer") else [attention.n_heads] * len(layers))
+    out = []
+    for spec, n_heads in zip(layers, heads):
+        if n_heads % attention.n_kv_heads:
+            raise ValueError(f"{c.model}: {attention.n_kv_heads} KV heads cannot serve "
+                             f"{n_heads} query heads (num_attention_heads_per_layer)")
+        own = Attention(n_heads=n_heads, n_kv_heads=attention.n_kv_heads,
+                        head_dim=attention.head_dim, qkv_bias=attention.qkv_bias,
+                        o_bias=attention.o_bias, qk_norm="per_head",
+                        sliding_window=attention.sliding_window if spec.mixer == "sliding" else None,
+                        head_gate=gating in (True, "per-head"),
+                        output_gate=gating == "per-element")
+        out.append(LayerSpec(spec.mixer, spec.ffn, attention=own))
+    return tuple(out)
 
 
 #: Nemotron-NAS block fields vLLM 0.33 reads (nemotron_nas.py), and those it does not read,
@@ -1380,14 +1413,15 @@ def _check_per_layer_fields(c: _Fields, n_layers: int) -> None:
     lists only 1s.
     ``num_attention_heads_per_layer`` (Laguna): query heads per layer; the KV heads stay
     ``num_key_value_heads`` (transformers laguna/modeling_laguna.py), so only differing entries
-    matter, and they change the weights, not the cache.
+    matter, and they change the weights, not the cache: read for Laguna (``_laguna_layers``),
+    refused elsewhere.
     ``qk_head_dim`` (GLM-5, MLA): qk_nope_head_dim + qk_rope_head_dim, as transformers
     recomputes it; without an MLA latent it would be a K head dim unlike V's, not modelled.
     """
     if c.has("num_attention_heads_per_layer"):
         heads = [integer(f"{c.field('num_attention_heads_per_layer')} entry", h, 1)
                  for h in _int_list(c, "num_attention_heads_per_layer", n_layers)]
-        if set(heads) != {c.get("num_attention_heads")}:
+        if set(heads) != {c.get("num_attention_heads")} and c.get("model_type") != "laguna":
             raise ValueError(f"{c.model}: config field 'num_attention_heads_per_layer' (query heads "
                              f"{sorted(set(map(str, heads)))} per layer) changes the weights in a way "
                              "kvlib does not model (the cache would be right, the parameter count "
@@ -1427,6 +1461,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     mlp = _mlp(c, model_type, hidden, _gated(c, model_type))
     if model_type == "gemma4_text":
         layers = _gemma4_layers(c, layers, attention)
+    elif model_type == "laguna":
+        layers = _laguna_layers(c, layers, attention)
     elif model_type in _MIMO_TYPES:
         layers = _mimo_layers(c, layers, attention)
     elif model_type in ("glm_moe_dsa", "deepseek_v32") and c.has("index_n_heads"):

@@ -102,7 +102,7 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     v_out = 0 if att.k_eq_v else att.n_kv_heads * v_dim  # Gemma-4 global: no v_proj
     kv_linear = hidden * (kv_out + v_out)
     linear = (hidden * q_out * (2 if att.output_gate else 1) + kv_linear
-              + att.n_heads * v_dim * hidden)
+              + att.n_heads * v_dim * hidden + (hidden * att.n_heads if att.head_gate else 0))
     small = 0
     if att.qkv_bias:
         small += q_out + kv_out + v_out
