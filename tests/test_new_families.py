@@ -386,6 +386,16 @@ def test_gemma4_against_transformers_meta():
     # 5 × 16,384 × 1,023 + 8,192 × 2,000 = 100,188,160 B
     assert row.transformers_bytes == row.kvlib_bytes == 100_188_160
     assert row.explained
+    # the parameters of the same 6 layers, dense (31B) and MoE beside a dense MLP (26B-A4B),
+    # equal those of transformers' meta-device model exactly
+    from kvlib.model.crosscheck import transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    for slug in ("gemma-4-31b-it-nvfp4", "gemma-4-26b-a4b"):
+        cut = transformers_config(_corpus(slug)["text_config"], 6)
+        hf = transformers_model(cut)
+        assert (sum(p.numel() for p in hf.parameters())
+                == count_architecture(Model.from_hf_config(cut).architecture).total)
 
 
 def test_nemotron_nas_blocks():
@@ -525,6 +535,17 @@ def test_mimo_v2_against_transformers_meta():
     # 300 tokens: kvlib 300 × 2,560 + 127 × 5,120 = 1,418,240; transformers one token (5,120) more
     assert rows[1].kvlib_bytes == 1_418_240
     assert rows[1].transformers_bytes - rows[1].kvlib_bytes == 5_120
+    # parameters of the two layers (dense, then MoE): transformers' parameters plus the router's
+    # score-correction bias, a buffer there and a loaded parameter in vLLM (256 values)
+    from kvlib.model.crosscheck import transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    cut = transformers_config(_corpus("mimo-v2-flash"), 2)
+    hf = transformers_model(cut)
+    bias = sum(b.numel() for name, b in hf.named_buffers() if "e_score_correction_bias" in name)
+    assert bias == 256
+    assert (sum(p.numel() for p in hf.parameters()) + bias
+            == count_architecture(Model.from_hf_config(cut).architecture).total)
 
 
 def test_nemotron_nas_block_fields_are_checked():

@@ -275,6 +275,9 @@ def count_architecture(arch: Architecture) -> ParamCounts:
                 comp["shared_experts"] += mats * hidden * moe.shared_intermediate_size
                 if moe.shared_gate:
                     comp["router"] += hidden  # shared_expert_gate
+            if moe.dense_beside:  # Gemma-4: router scales (hidden + per expert), 3 more norms
+                comp["router"] += hidden + moe.n_experts
+                comp["norms"] += 3 * norm_size
         if spec.ffn == "dense" or (spec.ffn == "moe" and moe is not None and moe.dense_beside):
             assert mlp is not None
             inter = _need(spec.intermediate_size or mlp.intermediate_size, label,
