@@ -582,6 +582,8 @@ def test_laguna_per_layer_query_heads_against_transformers_meta():
     assert sorted({s.attention.n_heads for s in m.architecture.layers}) == sorted(set(heads))
     # the cache depends on the 8 KV heads of 128 only: 40 × 2 × 8 × 128 × 2 = 163,840 B/token
     assert m.kv_bytes_per_token("bf16") == 163_840
+    # tp must divide every layer's query heads (48 and 64): 16 does, 3 divides only 48
+    assert m.supports_tp(16) and not m.supports_tp(3)
     cut = transformers_config(config, 2)
     hf = transformers_model(cut)
     ours = Model.from_hf_config(cut)

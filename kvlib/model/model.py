@@ -307,6 +307,12 @@ def _check_tp(model: Model, tp: int) -> int:
     if model.n_heads is not None and model.n_heads % tp:
         raise ValueError(f"model {model.name!r}: {model.n_heads} query heads cannot be split "
                          f"across tp={tp} GPUs: tp must divide them")
+    own = {spec.attention.n_heads for spec in (model.architecture.layers if model.architecture
+                                               else ()) if spec.attention is not None}
+    for heads in sorted(own):  # per-layer query heads (Laguna): each layer's must split too
+        if heads % tp:
+            raise ValueError(f"model {model.name!r}: a layer's {heads} query heads cannot be "
+                             f"split across tp={tp} GPUs: tp must divide them")
     for layer, _ in model.distinct_layers:
         try:
             layer.elements_per_token(tp)
