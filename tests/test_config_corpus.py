@@ -203,3 +203,10 @@ def test_family_lists_do_not_overlap_the_global_decisions():
     assert not set(PARAMETER_REFUSED_KEYS) & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS))
     assert all(len(reason) > 10 for keys in FAMILY_IGNORED_KEYS.values()
                for reason in keys.values())
+    # keys read for one family only: never read or ignored globally, never also ignored for
+    # the family; each read-for-one-family key that changes the cache stays refused elsewhere
+    from kvlib.model.hf_config import FAMILY_READ_KEYS
+    for family, keys in FAMILY_READ_KEYS.items():
+        assert not keys & (READ_KEYS | set(IGNORED_KEYS) | set(FAMILY_IGNORED_KEYS.get(family, {})))
+    assert {"block_configs", "global_head_dim", "hybrid_layer_pattern", "indexer_types",
+            "index_topk_freq"} <= set(REFUSED_KEYS)
