@@ -1,6 +1,6 @@
-"""The config corpus (data/config_corpus/): 65 published config.json files of 2025-2026 models
+"""The config corpus (data/config_corpus/): 67 published config.json files of 2025-2026 models
 that the reader was not written for. Each must be sized, or refused by name for a field that
-really changes the cache (or, for the three listed below, the weights); a refusal may never rest on
+really changes the cache (or, for the one listed below, the weights); a refusal may never rest on
 a name-pattern guess alone. Each verdict rests on the model type's modeling code in transformers
 5.24.0 or vLLM 0.33.0."""
 from __future__ import annotations
@@ -23,17 +23,12 @@ RECORDS = {path.stem: json.loads(path.read_text()) for path in FILES}
 CACHE_REFUSALS = {
     **dict.fromkeys(["deepseek-v4-flash", "deepseek-v4-pro", "deepseek-v4-flash-nvfp4",
                      "deepseek-v4-pro-nvfp4", "deepseek-v4-flash-nvfp4-fp8"], "compress_ratios"),
-    **dict.fromkeys(["gemma-4-26b-a4b-nvfp4", "gemma-4-31b-it-nvfp4"], "global_head_dim"),
-    **dict.fromkeys(["glm-5.2", "glm-5.2-fp8", "glm-5.3", "glm-5.3-fp8"], "indexer_types"),
     "kimi-k3": "linear_attn_config",
     "minimax-m3": "sparse_attention_config",
-    "llama-3.3-nemotron-super-49b-v1": "block_configs",
 }
 #: Refused for a field that changes the weights but not the cache (kvlib's records describe one
-#: query-head count per model and one expert width).
+#: expert width).
 WEIGHT_REFUSALS = {
-    "laguna-s-2.1-fp8": "num_attention_heads_per_layer",
-    "laguna-xs.2-fp8": "num_attention_heads_per_layer",
     "nemotron-3-ultra-550b-a55b": "moe_latent_size",
 }
 
@@ -91,6 +86,23 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     # MiniMax-M1, attn_type_list: only its 10 softmax layers (every 8th) grow per token:
     # 2 × 10 × 8 KV heads × 128 × 2 B = 40,960 (the 70 lightning layers add nothing per token)
     ("minimax-m1", 2 * 10 * 8 * 128 * 2),
+    # Gemma-4-31B: 50 sliding layers × 2 × 16 KV heads × 256 × 2 B + 10 global layers with their
+    # own geometry (global_head_dim 512, num_global_key_value_heads 4): 10 × 2 × 4 × 512 × 2 B
+    ("gemma-4-31b-it-nvfp4", 50 * 2 * 16 * 256 * 2 + 10 * 2 * 4 * 512 * 2),
+    # Gemma-4-26B-A4B: 25 × 2 × 8 × 256 × 2 + 5 × 2 × 2 × 512 × 2 = 225,280
+    ("gemma-4-26b-a4b-nvfp4", 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2),
+    # GLM-5.2 (IndexCache): the MLA latent on all 78 layers, the indexer keys only on the 21 layers
+    # vLLM builds an indexer on (index_skip_topk_offset 3, index_topk_freq 4: 0, 1, 2, 6, …, 74):
+    # 78 × 576 × 2 + 21 × (128 + 4) = 89,856 + 2,772 = 92,628
+    ("glm-5.2", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
+    ("glm-5.3-fp8", 78 * (512 + 64) * 2 + 21 * (128 + 4)),
+    # MiMo-V2-Flash (hybrid_layer_pattern): 9 full layers × 4 KV heads × (K 192 + V 128) × 2 B +
+    # 39 sliding layers with their swa_* geometry, 8 × (192 + 128) × 2 B
+    ("mimo-v2-flash", 9 * 4 * (192 + 128) * 2 + 39 * 8 * (192 + 128) * 2),
+    ("gemma-4-26b-a4b", 25 * 2 * 8 * 256 * 2 + 5 * 2 * 2 * 512 * 2),
+    # Nemotron-Super-49B (block_configs): 49 blocks with attention of 64 / 8 = 8 KV heads × 128,
+    # 31 blocks without (attention.no_op): 49 × 2 × 8 × 128 × 2 = 200,704
+    ("llama-3.3-nemotron-super-49b-v1", 49 * 2 * 8 * 128 * 2),
 ])
 def test_exact_bytes_per_token(slug, expected):
     assert Model.from_hf_config(RECORDS[slug]["config"], slug).kv_bytes_per_token("bf16") == expected
@@ -173,8 +185,14 @@ def test_mtp_layers_are_read_and_not_counted():
 def test_parameter_refusals_are_listed():
     assert set(PARAMETER_REFUSED_KEYS) == {"moe_latent_size"}
     laguna = RECORDS["laguna-xs.2-fp8"]["config"]
+    # per-layer query heads change the weights, never the cache: 2 × 40 × 8 × 128 × 2 either way
     same_heads = {**laguna, "num_attention_heads_per_layer": [48] * 40}
-    assert Model.from_hf_config(same_heads).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2
+    assert (Model.from_hf_config(same_heads).kv_bytes_per_token("bf16")
+            == Model.from_hf_config(laguna).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2)
+    # outside Laguna, differing per-layer query heads are still refused (for the weights)
+    qwen = RECORDS["qwen3-0.6b"]["config"]
+    with pytest.raises(ValueError, match="'num_attention_heads_per_layer' \(query heads"):
+        Model.from_hf_config({**qwen, "num_attention_heads_per_layer": [16, 8] * 14})
 
 
 def test_family_lists_do_not_overlap_the_global_decisions():
@@ -185,3 +203,10 @@ def test_family_lists_do_not_overlap_the_global_decisions():
     assert not set(PARAMETER_REFUSED_KEYS) & (READ_KEYS | set(IGNORED_KEYS) | set(REFUSED_KEYS))
     assert all(len(reason) > 10 for keys in FAMILY_IGNORED_KEYS.values()
                for reason in keys.values())
+    # keys read for one family only: never read or ignored globally, never also ignored for
+    # the family; each read-for-one-family key that changes the cache stays refused elsewhere
+    from kvlib.model.hf_config import FAMILY_READ_KEYS
+    for family, keys in FAMILY_READ_KEYS.items():
+        assert not keys & (READ_KEYS | set(IGNORED_KEYS) | set(FAMILY_IGNORED_KEYS.get(family, {})))
+    assert {"block_configs", "global_head_dim", "hybrid_layer_pattern", "indexer_types",
+            "index_topk_freq"} <= set(REFUSED_KEYS)

@@ -332,3 +332,261 @@ def test_minimax_m1_lightning_state_against_transformers_meta():
     # 300 tokens × 2 × 8 × 128 × 2 B = 1,228,800 B of K/V on the one softmax layer
     assert (sum(t.numel() * t.element_size() for t in kv)
             == tokens * cut.kv_bytes_per_token("bf16") == 1_228_800)
+
+
+# --- per-layer geometry: Gemma-4's global layers, Nemotron-NAS blocks ---------------------------
+
+def _corpus(slug: str) -> dict:
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "data" / "config_corpus" / f"{slug}.json"
+    return json.loads(path.read_text())["config"]
+
+
+def test_gemma4_global_layers_have_their_own_geometry():
+    from kvlib.model.params import count_architecture
+    m = Model.from_hf_config(_corpus("gemma-4-31b-it-nvfp4"), "Gemma-4-31B")
+    assert m.layer_counts() == {"sliding": 50, "full": 10}
+    # sliding: 50 × 2 × 16 KV heads × 256 × 2 B = 819,200; global (global_head_dim 512,
+    # num_global_key_value_heads 4, attention_k_eq_v): 10 × 2 × 4 × 512 × 2 B = 81,920
+    assert m.kv_bytes_per_token("bf16") == 819_200 + 81_920 == 901_120
+    # past the 1,024-token window (131,072 tokens): 50 × 16,384 × 1,023 + 10 × 8,192 × 131,072
+    assert m.kv_bytes(131_072) == 50 * 16_384 * 1_023 + 10 * 8_192 * 131_072 == 11_575_459_840
+    # attention weights: sliding q and o 2 × 5,376 × 8,192 + k and v 2 × 5,376 × 4,096 =
+    # 132,120,576 × 50; global q and o 2 × 5,376 × 16,384 + k 5,376 × 2,048 (no v: the keys are
+    # reused as values) = 187,170,816 × 10
+    arch = count_architecture(m.architecture)
+    assert arch.components["attention"] == 50 * 132_120_576 + 10 * 187_170_816 == 8_477_736_960
+    m26 = Model.from_hf_config(_corpus("gemma-4-26b-a4b-nvfp4"), "Gemma-4-26B-A4B")
+    # 25 × 2 × 8 × 256 × 2 = 204,800 + 5 × 2 × 2 × 512 × 2 = 20,480
+    assert m26.kv_bytes_per_token("bf16") == 225_280
+    # every layer: a dense MLP (2,112) beside 128 experts (704, top 8): 3 × 2,816 × 2,112 per layer
+    counts = count_architecture(m26.architecture)
+    assert counts.components["mlp"] == 30 * 3 * 2_816 * 2_112
+    assert (counts.n_experts, counts.experts_per_token) == (128, 8)
+    # a Gemma-4 that shares KV across layers (E2B/E4B) is still refused, naming the field
+    text = _corpus("gemma-4-31b-it-nvfp4")["text_config"]
+    with pytest.raises(ValueError, match="'num_kv_shared_layers' \\(layers that reuse"):
+        Model.from_hf_config({**text, "num_kv_shared_layers": 20})
+    # the same keys outside Gemma-4 are still refused
+    with pytest.raises(ValueError, match="'global_head_dim' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "global_head_dim": 512})
+
+
+def test_gemma4_against_transformers_meta():
+    """transformers 5.24's Gemma-4 (its per_layer_config) built on the meta device from the
+    31B's text config cut to 6 layers (5 sliding, 1 global), prefilled with 2,000 tokens (past
+    the 1,024-token window): its DynamicCache holds kvlib's bytes exactly, the sliding layers
+    1,023 tokens of 8 × 256, the global layer all 2,000 of 2 × 512 (one meta forward, ~0.2 s)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import cross_check_config
+    text = _corpus("gemma-4-31b-it-nvfp4")["text_config"]
+    (row,) = cross_check_config(text, "Gemma-4-31B", (2000,), n_layers=6)
+    # 5 × 16,384 × 1,023 + 8,192 × 2,000 = 100,188,160 B
+    assert row.transformers_bytes == row.kvlib_bytes == 100_188_160
+    assert row.explained
+    # the parameters of the same 6 layers, dense (31B) and MoE beside a dense MLP (26B-A4B),
+    # equal those of transformers' meta-device model exactly
+    from kvlib.model.crosscheck import transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    for slug in ("gemma-4-31b-it-nvfp4", "gemma-4-26b-a4b"):
+        cut = transformers_config(_corpus(slug)["text_config"], 6)
+        hf = transformers_model(cut)
+        assert (sum(p.numel() for p in hf.parameters())
+                == count_architecture(Model.from_hf_config(cut).architecture).total)
+
+
+def test_nemotron_nas_blocks():
+    from kvlib.model.params import count_architecture
+    config = _corpus("llama-3.3-nemotron-super-49b-v1")
+    m = Model.from_hf_config(config, "Llama-3.3-Nemotron-Super-49B")
+    # 49 blocks with attention (n_heads_in_group 8: 64 / 8 = 8 KV heads of 8,192 / 64 = 128),
+    # 31 with attention.no_op (no cache): 49 × 2 × 8 × 128 × 2 B = 200,704 (not 80 layers' 327,680)
+    assert m.layer_counts() == {"full": 49, "none": 31} and m.attention == "GQA"
+    assert m.kv_bytes_per_token("bf16") == 49 * 2 * 8 * 128 * 2 == 200_704
+    # MLP widths, vLLM's rule: int(2 · ffn_mult · 8,192 / 3) rounded up to 256:
+    # 5.25 → 28,672 (49), 1.3125 → 7,168 (10), 1.0 → 5,461 → 5,632 (8), 2.625 → 14,336 (6),
+    # 0.5 → 2,730 → 2,816 (6), 3.28125 → 17,920 (1); 3 matrices of 8,192 × width each
+    widths = 49 * 28_672 + 10 * 7_168 + 8 * 5_632 + 6 * 14_336 + 6 * 2_816 + 17_920
+    arch = m.architecture
+    assert sorted({s.intermediate_size for s in arch.layers}) == [
+        2_816, 5_632, 7_168, 14_336, 17_920, 28_672]
+    assert count_architecture(arch).components["mlp"] == 3 * 8_192 * widths
+    # a norm per part a block has: 49 with attention + 80 with an MLP = 129 norms of 8,192, plus
+    # the final norm
+    assert count_architecture(arch).components["norms"] == (49 + 80 + 1) * 8_192
+    # fields vLLM does not read are refused, naming the block
+    blocks = [dict(b) for b in config["block_configs"]]
+    blocks[0] = {**blocks[0], "attention": {**blocks[0]["attention"], "replace_with_linear": True}}
+    with pytest.raises(ValueError, match="'block_configs' \\(layer 0: replace_with_linear"):
+        Model.from_hf_config({**config, "block_configs": blocks})
+    with pytest.raises(ValueError, match="block_configs describes 79 layers"):
+        Model.from_hf_config({**config, "block_configs": config["block_configs"][:79]})
+    # outside Nemotron-NAS, block_configs is still refused
+    with pytest.raises(ValueError, match="'block_configs' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "block_configs": config["block_configs"]})
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_nemotron_nas_against_vllm(vllm_specs, tp):
+    """vLLM 0.33: DeciLMDecoderLayer builds attention (with its KV cache, FullAttentionSpec)
+    only where attention.no_op is false, with num_attention_heads // n_heads_in_group KV heads;
+    the model-wide count comes from NemotronNasModelArchConfigConvertor."""
+    from types import SimpleNamespace
+
+    import vllm.config  # noqa: F401  (loads the convertor module without a circular import)
+    from vllm.transformers_utils.model_arch_config_convertor import (
+        NemotronNasModelArchConfigConvertor)
+
+    def ns(value):  # the config as attributes, the way vLLM reads it
+        if isinstance(value, dict):
+            return SimpleNamespace(**{k: ns(v) for k, v in value.items()})
+        return [ns(v) for v in value] if isinstance(value, list) else value
+
+    v, config = vllm_specs, _corpus("llama-3.3-nemotron-super-49b-v1")
+    hf = ns(config)
+    kv_heads = NemotronNasModelArchConfigConvertor(hf, hf).get_total_num_kv_heads()
+    assert kv_heads == 8
+    with_cache = [b for b in hf.block_configs if not b.attention.no_op]
+    per_token = sum(_vllm_attention_page_1(v, hf.num_attention_heads // b.attention.n_heads_in_group,
+                                           128, tp) for b in with_cache)
+    assert len(with_cache) == 49
+    assert Model.from_hf_config(config).kv_bytes_per_token("bf16", tp) == per_token
+
+
+def test_glm52_indexer_on_some_layers(vllm_specs):
+    """GLM-5.2's IndexCache: vLLM 0.33 (deepseek_v2.py) builds the indexer, and so its key cache,
+    only where max(i − 3 + 1, 0) % 4 == 0; the config's own indexer_types says the same."""
+    config = _corpus("glm-5.2")
+    m = Model.from_hf_config(config, "GLM-5.2")
+    assert m.layer_counts() == {"mla": 78, "indexer": 21}
+    full = [i for i, t in enumerate(config["indexer_types"]) if t == "full"]
+    assert full == [0, 1, 2, *range(6, 78, 4)]
+    # one uniform-type vLLM group: a 16-token block holds every layer's page,
+    # 78 × 16 × 1,152 + 21 × 16 × 132 = 1,437,696 + 44,352 = 1,482,048 B
+    v, torch = vllm_specs, vllm_specs["torch"]
+    latent = v["mla"](block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    keys = v["mla"](block_size=16, num_kv_heads=1, head_size=132, dtype=torch.uint8)
+    specs = {**{f"attn.{i}": latent for i in range(78)}, **{f"idx.{i}": keys for i in full}}
+    assert 16 * m.kv_bytes_per_token("bf16") == v["uniform"].from_specs(specs).page_size_bytes
+    assert 16 * m.kv_bytes_per_token("bf16") == 1_482_048
+    # an indexer_types list that disagrees with vLLM's rule is refused, naming it
+    shifted = config["indexer_types"][1:] + config["indexer_types"][:1]
+    with pytest.raises(ValueError, match="'indexer_types' \\(indexer layers that disagree"):
+        Model.from_hf_config({**config, "indexer_types": shifted})
+    # index_topk_pattern (one letter per layer) wins over the frequency
+    pattern = "".join("F" if t == "full" else "S" for t in config["indexer_types"])
+    assert Model.from_hf_config({**config, "index_topk_pattern": pattern}).layers == m.layers
+
+
+def test_mimo_v2_per_layer_geometry():
+    from kvlib.model.params import count_architecture
+    config = _corpus("mimo-v2-flash")
+    m = Model.from_hf_config(config, "MiMo-V2-Flash")
+    # hybrid_layer_pattern: 0 full (layers 0, 5, 11, …, 47: 9), 1 sliding (39)
+    assert m.layer_counts() == {"full": 9, "sliding": 39}
+    # full: 4 KV heads × (K 192 + V 128) × 2 B = 2,560; sliding (swa_*): 8 × 320 × 2 = 5,120
+    assert m.kv_bytes_per_token("bf16") == 9 * 2_560 + 39 * 5_120 == 222_720
+    # 131,072 tokens: the sliding layers keep W − 1 = 127 tokens (vLLM's window of 128)
+    assert m.kv_bytes(131_072) == 9 * 2_560 * 131_072 + 39 * 5_120 * 127 == 3_045_258_240
+    # 308.8 B parameters, 15.4 B active (Xiaomi's model card: 309 B total, 15 B active)
+    counts = count_architecture(m.architecture)
+    assert (round(counts.total / 1e9), round(counts.active / 1e9)) == (309, 15)
+    with pytest.raises(ValueError, match="'add_full_attention_sink_bias' \\(sinks"):
+        Model.from_hf_config({**config, "add_full_attention_sink_bias": True})
+    with pytest.raises(ValueError, match="'hybrid_layer_pattern' \\("):
+        Model.from_hf_config({**_corpus("qwen3-0.6b"), "hybrid_layer_pattern": [0] * 28})
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_mimo_v2_against_vllm(vllm_specs, tp):
+    """vLLM 0.33 mimo_v2.py: full layers FullAttentionSpec(num_key_value_heads, head_dim,
+    head_size_v = v_head_dim); sliding layers SlidingWindowSpec(swa_num_key_value_heads,
+    swa_head_dim, swa_v_head_dim, sliding_window_size)."""
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+    v, cfg = vllm_specs, _corpus("mimo-v2-flash")
+    bf16 = v["torch"].bfloat16
+    full = v["full"](block_size=16, num_kv_heads=max(1, cfg["num_key_value_heads"] // tp),
+                     head_size=cfg["head_dim"], head_size_v=cfg["v_head_dim"], dtype=bf16)
+    swa = SlidingWindowSpec(block_size=16, num_kv_heads=cfg["swa_num_key_value_heads"] // tp,
+                            head_size=cfg["swa_head_dim"], head_size_v=cfg["swa_v_head_dim"],
+                            dtype=bf16, sliding_window=cfg["sliding_window_size"])
+    m = Model.from_hf_config(cfg)
+    assert m.kv_bytes_per_token("bf16", tp) == (9 * full.page_size_bytes
+                                                + 39 * swa.page_size_bytes) // 16
+    sliding = next(lay for lay in m.layers if lay.kind == "sliding")
+    assert 16 * sliding.bytes_per_token("bf16", tp) == swa.page_size_bytes
+    assert sliding.pages_per_request(131_072, 8192, 16) == swa.max_admission_blocks_per_request(
+        max_in_flight_tokens=8192, max_model_len=131_072)
+
+
+def test_mimo_v2_against_transformers_meta():
+    """transformers 5.24's MiMo-V2-Flash on the meta device, the first 2 layers (full, sliding):
+    exact below the window; past it transformers keeps one token more on the sliding layer (its
+    window is sliding_window_size + 1 = 129, vLLM's 128)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import cross_check_config
+    rows = cross_check_config(_corpus("mimo-v2-flash"), "MiMo-V2-Flash", (100, 300), n_layers=2)
+    # 100 tokens: 100 × (2,560 + 5,120) = 768,000 B, both
+    assert rows[0].transformers_bytes == rows[0].kvlib_bytes == 768_000
+    # 300 tokens: kvlib 300 × 2,560 + 127 × 5,120 = 1,418,240; transformers one token (5,120) more
+    assert rows[1].kvlib_bytes == 1_418_240
+    assert rows[1].transformers_bytes - rows[1].kvlib_bytes == 5_120
+    # parameters of the two layers (dense, then MoE): transformers' parameters plus the router's
+    # score-correction bias, a buffer there and a loaded parameter in vLLM (256 values)
+    from kvlib.model.crosscheck import transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    cut = transformers_config(_corpus("mimo-v2-flash"), 2)
+    hf = transformers_model(cut)
+    bias = sum(b.numel() for name, b in hf.named_buffers() if "e_score_correction_bias" in name)
+    assert bias == 256
+    assert (sum(p.numel() for p in hf.parameters()) + bias
+            == count_architecture(Model.from_hf_config(cut).architecture).total)
+
+
+def test_nemotron_nas_block_fields_are_checked():
+    config = _corpus("llama-3.3-nemotron-super-49b-v1")
+
+    def with_block(**attention):
+        blocks = [dict(b) for b in config["block_configs"]]
+        blocks[3] = {**blocks[3], "attention": {**blocks[3]["attention"], **attention}}
+        return {**config, "block_configs": blocks}
+
+    with pytest.raises(ValueError, match="layer 3: attention fields kv_sharing unknown"):
+        Model.from_hf_config(with_block(kv_sharing=2))
+    with pytest.raises(ValueError, match="layer 3: window_length set"):
+        Model.from_hf_config(with_block(window_length=4096))
+    with pytest.raises(ValueError, match="no_op must be true or false"):
+        Model.from_hf_config(with_block(no_op="yes"))
+    with pytest.raises(ValueError, match="n_heads_in_group \\(7\\) does not divide"):
+        Model.from_hf_config(with_block(n_heads_in_group=7))
+
+
+def test_laguna_per_layer_query_heads_against_transformers_meta():
+    """Laguna (transformers 5.24 LagunaAttention): per-layer query heads over 8 KV heads and a
+    per-head output gate. The first two layers (one dense, one MoE) built on the meta device
+    have exactly kvlib's parameter count, and after 600 tokens (past the 512-token window) its
+    cache holds kvlib's bytes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import measure_cache, transformers_model
+    from kvlib.model.hf_config import transformers_config
+    from kvlib.model.params import count_architecture
+    config = _corpus("laguna-xs.2-fp8")
+    m = Model.from_hf_config(config, "Laguna-XS.2")
+    heads = config["num_attention_heads_per_layer"]
+    assert sorted({s.attention.n_heads for s in m.architecture.layers}) == sorted(set(heads))
+    # the cache depends on the 8 KV heads of 128 only: 40 × 2 × 8 × 128 × 2 = 163,840 B/token
+    assert m.kv_bytes_per_token("bf16") == 163_840
+    # tp must divide every layer's query heads (48 and 64): 16 does, 3 divides only 48
+    assert m.supports_tp(16) and not m.supports_tp(3)
+    cut = transformers_config(config, 2)
+    hf = transformers_model(cut)
+    ours = Model.from_hf_config(cut)
+    assert sum(p.numel() for p in hf.parameters()) == count_architecture(ours.architecture).total
+    # layer 0 full (600 tokens), layer 1 sliding (511): (600 + 511) × 4,096 = 4,550,656 B
+    assert measure_cache(hf, 600)[0] == ours.kv_bytes(600) == 4_550_656

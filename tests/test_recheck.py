@@ -345,7 +345,8 @@ def test_one_claim_one_verdict_one_recomputation(results):
     """A claim the article restates from its source is one row: the paper's sentence lives in the
     article row's notes, not in a second row with another verdict (issue 21, item 7)."""
     by_id = results.set_index("id")
-    merged = {"x02": "c06", "x03": "c08", "x06": "c01", "x09": "e02", "x10": "e03", "x11": "c12"}
+    merged = {"x02": "c06", "x03": "c08", "x06": "c01", "x09": "e02", "x10": "e03", "x11": "c12",
+              "x13": "b03", "x18": "e05"}
     assert not set(merged) & set(by_id.index)
     for kept in merged.values():
         assert by_id.loc[kept, "verdict"] == by_id.loc[kept, "expected_verdict"]
@@ -353,6 +354,11 @@ def test_one_claim_one_verdict_one_recomputation(results):
     assert abs(by_id.loc["c06", "recomputed"] + by_id.loc["c02", "recomputed"] - 100) < 1e-9
     sixty = results[(results["claimed"] == 60) & (results["unit"] == "%")]
     assert sixty["id"].tolist() == ["c06"]
+    # DeepSeek-V2's 93.3 %: the paper's figure, which holds as deployed (b03, the abstract's
+    # sentence in its notes), and the article's credit of it to the latent alone (b04)
+    assert results[results["claimed"] == 93.3]["id"].tolist() == ["b03", "b04"]
+    assert "reduces the KV cache by 93.3%" in by_id.loc["b03", "notes"]
+    assert "~7k tokens" in by_id.loc["e05", "notes"]
 
 
 def test_claims_files_follow_the_id_prefixes(results):

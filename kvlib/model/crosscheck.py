@@ -111,11 +111,17 @@ _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 def build_transformers_model(slug: str, n_layers: int | None = None) -> Any:
     """The transformers causal LM for ``slug`` on the meta device, in the config's dtype."""
+    return transformers_model(hf_config_dict(slug, n_layers), kvlib_model(slug, n_layers).dtype)
+
+
+def transformers_model(config: Mapping[str, Any], dtype: str | None = None) -> Any:
+    """The transformers causal LM a config (as transformers reads it) describes, on the meta
+    device, in ``dtype`` (default bf16)."""
     torch, transformers = _import_torch()
-    config = hf_config_dict(slug, n_layers)
+    config = dict(config)
     model_type = config.pop("model_type")
     hf_config = transformers.AutoConfig.for_model(model_type, **config)
-    dtype = getattr(torch, _TORCH_DTYPES[kvlib_model(slug, n_layers).dtype or "bf16"])
+    dtype = getattr(torch, _TORCH_DTYPES[dtype or "bf16"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with torch.device("meta"):
@@ -255,8 +261,22 @@ class CrossCheck:
 def cross_check(slug: str, token_counts: Sequence[int] = (1, 100, 5000),
                 n_layers: int | None = None) -> list[CrossCheck]:
     """Measure ``slug`` at every ``token_counts`` (one model build, one prefill per count)."""
-    model = kvlib_model(slug, n_layers)
-    hf_model = build_transformers_model(slug, n_layers)
+    return _measure(slug, kvlib_model(slug, n_layers), build_transformers_model(slug, n_layers),
+                    token_counts)
+
+
+def cross_check_config(config: Mapping[str, Any], name: str,
+                       token_counts: Sequence[int] = (1, 100, 5000),
+                       n_layers: int | None = None) -> list[CrossCheck]:
+    """Measure a config that is not in the registry (a corpus config, say) the same way: its
+    first ``n_layers`` layers, built by transformers on the meta device, against kvlib."""
+    config = transformers_config(config, n_layers)
+    model = Model.from_hf_config(config, name=name)
+    return _measure(name, model, transformers_model(config, model.dtype), token_counts)
+
+
+def _measure(slug: str, model: Model, hf_model: Any,
+             token_counts: Sequence[int]) -> list[CrossCheck]:
     rows = []
     for n_tokens in token_counts:
         measured, storage = measure_cache(hf_model, n_tokens)

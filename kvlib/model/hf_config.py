@@ -4,7 +4,10 @@
 one :class:`LayerSpec` per decoder layer (which mixer it runs, which feed-forward block) and the
 shared geometry of each mixer kind (attention, MLA, Mamba-2, Gated DeltaNet, MiniMax lightning
 attention), the MLP/MoE shapes,
-vocabulary, embeddings, norms and dtypes. ``kvlib.model`` (the cache), ``kvlib.model.params`` (the
+vocabulary, embeddings, norms and dtypes. A layer whose geometry departs from the shared one
+carries its own (Gemma-4's global layers, MiMo-V2's sliding layers, Nemotron-NAS blocks, GLM-5.2's
+layers without an indexer), read from keys listed per family in ``FAMILY_READ_KEYS``.
+``kvlib.model`` (the cache), ``kvlib.model.params`` (the
 parameter counts), ``kvlib.engines.capacity`` (the activation width, the vocabulary) and
 ``kvlib.model.crosscheck`` all work from this record; no other module reads config keys.
 
@@ -68,28 +71,60 @@ _NEMOTRON_BLOCK_NAMES: dict[str, str] = {
 #: Fields that change what is cached in ways kvlib does not model, with what they describe: a
 #: config that sets one is refused rather than silently mis-sized.
 REFUSED_KEYS: dict[str, str] = {
-    "hybrid_layer_pattern": "MiMo-V2's per-layer attention kinds with their own geometry",
-    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (MiMo-V2)",
-    "swa_head_dim": "a separate head dim for the sliding-window layers (MiMo-V2)",
-    "global_head_dim": "a separate head dim for the global layers (Gemma-4)",
-    "num_global_key_value_heads": "a separate KV-head count for the global layers (Gemma-4)",
-    "attention_k_eq_v": "keys reused as values (Gemma-4)",
+    "hybrid_layer_pattern": "per-layer attention kinds with their own geometry (read for MiMo-V2 "
+                            "only)",
+    "swa_num_key_value_heads": "a separate KV-head count for the sliding-window layers (read for "
+                               "MiMo-V2 only)",
+    "swa_head_dim": "a separate head dim for the sliding-window layers (read for MiMo-V2 only)",
+    "global_head_dim": "a separate head dim for the global layers (read for Gemma-4 only)",
+    "num_global_key_value_heads": "a separate KV-head count for the global layers (read for "
+                                  "Gemma-4 only)",
+    "attention_k_eq_v": "keys reused as values (read for Gemma-4 only)",
     "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n, Gemma-4 E2B/E4B: "
                             "the last N layers read an earlier layer's K/V and cache nothing; not "
                             "modelled: no published config was found to check it against)",
-    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
-    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
-    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache)",
+    "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                       "GLM-5 and DeepSeek-V3.2 only)",
+    "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                          "GLM-5 and DeepSeek-V3.2 only)",
+    "index_skip_topk_offset": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
+                              "GLM-5 and DeepSeek-V3.2 only)",
     "attn_layer_indices": "Falcon-H1 attention on only some layers (vLLM puts it on every layer)",
-    "indexer_types": "a DeepSeek-V3.2-style indexer on only some layers (GLM-5.2 IndexCache: 'shared' "
-                     "layers reuse the previous layer's top-k and keep no indexer keys)",
+    "indexer_types": "a DeepSeek-V3.2-style indexer on only some layers ('shared' layers reuse "
+                     "the previous layer's top-k and keep no indexer keys; read for GLM-5 and "
+                     "DeepSeek-V3.2 only)",
     "compress_ratios": "DeepSeek-V4's per-layer attention kinds: sliding window only (0), compressed "
                        "sparse (4: one entry per 4 tokens) or heavily compressed (128)",
     "linear_attn_config": "Kimi-Linear's KDA (linear attention, recurrent state) layers beside MLA layers",
     "sparse_attention_config": "MiniMax-M3's block-sparse attention with an index-key cache on some "
                                "layers",
-    "block_configs": "Nemotron-NAS per-layer blocks: attention layers without a cache (no_op), "
-                     "per-layer KV heads and FFN widths",
+    "block_configs": "per-layer blocks: attention layers without a cache, per-layer KV heads "
+                     "and FFN widths (read for Nemotron-NAS only)",
+}
+
+_MIMO_TYPES = ("mimo_v2_flash", "mimo_v2")
+#: Per-family knowledge of keys that are read for that ``model_type`` only (each checked against
+#: the family's modeling code); in any other family the same name is judged by REFUSED_KEYS.
+FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
+    # Gemma-4 (transformers 5.24 gemma4/configuration_gemma4.py builds per_layer_config from
+    # these; vLLM 0.33 gemma4.py sizes each layer's attention from per_layer_config)
+    "gemma4_text": frozenset({
+        "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "enable_moe_block",
+        "top_k_experts", "expert_intermediate_size", "use_bidirectional_attention",
+        "hidden_size_per_layer_input", "vocab_size_per_layer_input", "use_double_wide_mlp"}),
+    # GLM-5.2/5.3 and DeepSeek-V3.2: IndexCache, an indexer on only some layers (vLLM 0.33
+    # deepseek_v2.py, DeepseekV2MLAAttention; _shared_indexer_layers)
+    **dict.fromkeys(("glm_moe_dsa", "deepseek_v32"), frozenset({
+        "index_topk_freq", "index_topk_pattern", "index_skip_topk_offset", "indexer_types"})),
+    # MiMo-V2-Flash (vLLM 0.33 mimo_v2.py, MiMoV2DecoderLayer; transformers 5.24 mimo_v2_flash)
+    **dict.fromkeys(_MIMO_TYPES, frozenset({
+        "hybrid_layer_pattern", "swa_num_attention_heads", "swa_num_key_value_heads",
+        "swa_head_dim", "swa_v_head_dim", "add_swa_attention_sink_bias",
+        "add_full_attention_sink_bias"})),
+    # Laguna (transformers 5.24 laguna/modeling_laguna.py, vLLM 0.33 laguna.py): its output gate
+    "laguna": frozenset({"gating"}),
+    # Llama-Nemotron NAS / DeciLM (vLLM 0.33 nemotron_nas.py, DeciLMDecoderLayer)
+    "nemotron-nas": frozenset({"block_configs"}),
 }
 
 #: Fields that change no cache but change the weights in a way kvlib's records do not describe: a
@@ -133,6 +168,11 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
         "shared_moe_mode": "how a shared expert's output is mixed (sigmoid gate); "
                            "shared_intermediate_size (read) says whether there is one",
         "router_jitter_noise": "training-time router noise: no shape",
+    },
+    # MiMo-V2-Flash (vLLM 0.33 mimo_v2.py): hybrid_layer_pattern and the swa_* geometry are read
+    "mimo_v2_flash": {
+        "swa_rope_theta": "RoPE base of the sliding-window layers: no shape",
+        "attention_value_scale": "a scale on V before attention: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
@@ -269,11 +309,19 @@ class LayerSpec:
     or the current chunk of ``attention_chunk_size`` tokens), ``mla`` latent attention,
     ``mamba1``/``mamba2``/``gated_deltanet``/``lightning`` recurrent mixers, ``parallel`` (softmax attention
     and a Mamba-2 mixer side by side, Falcon-H1), ``none`` (an MLP/MoE-only block); ffn:
-    ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block).
+    ``dense`` MLP, ``moe`` routed experts, ``none`` (a mixer-only block). Where one layer
+    departs from the shared geometry: attention, its own softmax-attention geometry (Gemma-4's
+    global layers, Nemotron-NAS's per-layer KV heads); intermediate_size, its own dense MLP width;
+    norms, its own count of norm vectors (None: the shared one); shared_indexer: an MLA layer
+    that reuses an earlier layer's DeepSeek-V3.2 top-k and has no indexer of its own (IndexCache).
     """
 
     mixer: Mixer
     ffn: FeedForwardKind
+    attention: Attention | None = None
+    intermediate_size: int | None = None
+    norms: int | None = None
+    shared_indexer: bool = False
 
 
 @dataclass(frozen=True)
@@ -285,7 +333,10 @@ class Attention:
     layers (Llama-4 ``attention_chunk_size``); qkv_bias/o_bias: projection biases; qk_norm:
     ``per_head`` (a norm of H values on q and on k) or ``per_layer`` (over all heads, MiniMax);
     sinks: one learned sink logit per head (gpt-oss); output_gate: a gated output
-    (Qwen3-Next/3.5: q projection twice as wide).
+    (Qwen3-Next/3.5: q projection twice as wide); k_eq_v: the values are the keys' projection
+    (Gemma-4 global layers: no V weights, but K and V are both normed and cached); v_head_dim:
+    a V head dim unlike K's (MiMo-V2: 192 and 128), None when they are equal; head_gate: one
+    output-gate value per query head (Laguna's g_proj, hidden → heads).
     """
 
     n_heads: int
@@ -298,6 +349,9 @@ class Attention:
     qk_norm: Literal["per_head", "per_layer"] | None = None
     sinks: bool = False
     output_gate: bool = False
+    k_eq_v: bool = False
+    v_head_dim: int | None = None
+    head_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -396,7 +450,9 @@ class MLP:
 class MoE:
     """Routed experts: n_experts per MoE layer, experts_per_token used, each of
     intermediate_size (gated like the MLP); shared experts of shared_intermediate_size in total
-    (None: none), with a sigmoid gate (shared_gate); a router bias; expert biases (gpt-oss)."""
+    (None: none), with a sigmoid gate (shared_gate); a router bias; expert biases (gpt-oss);
+    dense_beside: a dense MLP beside the experts in every MoE layer (Gemma-4: its ``mlp`` and
+    ``experts`` outputs summed)."""
 
     n_experts: int
     experts_per_token: int
@@ -405,6 +461,7 @@ class MoE:
     shared_gate: bool = False
     router_bias: bool = False
     expert_bias: bool = False
+    dense_beside: bool = False
 
 
 @dataclass(frozen=True)
@@ -488,7 +545,9 @@ class _Fields:
         return self.get(key) is not None
 
     def get(self, key: str, default: Any = None) -> Any:
-        if key not in READ_KEYS:  # a programming error: every key read is listed
+        if key not in READ_KEYS and key not in FAMILY_READ_KEYS.get(str(self.cfg.get("model_type")),
+                                                                    ()):
+            # a programming error: every key read is listed
             raise AssertionError(f"hf_config reads {key!r}, which READ_KEYS does not list")
         value = self.cfg.get(key)
         if value is None:
@@ -613,6 +672,11 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         return [("mamba1", "none")] * n_layers
     if model_type == "falcon_h1":  # attention and Mamba-2 side by side in every layer
         return ["parallel"] * n_layers
+    if model_type in _MIMO_TYPES and c.has("hybrid_layer_pattern"):
+        # MiMo-V2: 1 a sliding-window layer, 0 full attention (vLLM mimo_v2.py,
+        # is_compressed_softmax_layer); its attention_chunk_size is read by no MiMo-V2 layer
+        return ["sliding" if kind == 1 else "full"
+                for kind in _int_list(c, "hybrid_layer_pattern", n_layers, {0, 1})]
     if c.has("attention_chunk_size"):
         return _llama4_chunked(c, n_layers)
     if c.has("full_attention_interval"):
@@ -731,6 +795,9 @@ def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
         period = c.int("expert_layer_period", default=2)
         offset = c.int("expert_layer_offset", default=1, minimum=0)
         return {i for i in range(n_layers) if i % period == offset}
+    if isinstance(c.get("moe_layer_freq"), (list, tuple)):  # MiMo-V2: 1 MoE, 0 dense per layer
+        kinds = _int_list(c, "moe_layer_freq", n_layers, {0, 1})
+        return {i for i, kind in enumerate(kinds) if kind == 1}
     if c.has("mlp_layer_types"):  # Laguna, GLM-5.2: "dense" or "sparse" (routed experts) per layer
         kinds = _int_list(c, "mlp_layer_types", n_layers, {"dense", "sparse"})
         return {i for i, kind in enumerate(kinds) if kind == "sparse"}
@@ -796,7 +863,7 @@ def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention
     qk_norm = None
     if model_type == "llama4_text":
         pass  # Llama-4's q/k norm is an L2 norm without weights: no parameters
-    elif model_type.startswith(("qwen3", "gemma3")) or c.flag("use_qk_norm"):
+    elif model_type.startswith(("qwen3", "gemma3", "gemma4")) or c.flag("use_qk_norm"):
         qk_norm = "per_layer" if c.get("qk_norm_type") == "per_layer" else "per_head"
     return Attention(
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
@@ -948,7 +1015,9 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
     n_experts = _n_experts(c)
     if not n_experts:
         return None
-    inter = c.opt_int("moe_intermediate_size") or c.opt_int("intermediate_size")
+    inter = (c.opt_int("moe_intermediate_size")
+             or (c.opt_int("expert_intermediate_size") if model_type == "gemma4_text" else None)
+             or c.opt_int("intermediate_size"))
     shared = c.opt_int("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                        "shared_intermediate_size", minimum=0)
     n_shared = c.opt_int("n_shared_experts", minimum=0)
@@ -958,12 +1027,14 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
         shared = inter  # Llama-4: one shared expert of the experts' size (Llama4TextMoe)
     return MoE(
         n_experts=n_experts,
-        experts_per_token=c.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0),
+        experts_per_token=c.int("num_experts_per_tok", "experts_per_token",
+                                *(("top_k_experts",) if model_type == "gemma4_text" else ()),
+                                default=0, minimum=0),
         intermediate_size=inter, shared_intermediate_size=shared or None,
         shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
-        router_bias=(model_type in ("gpt_oss", "nemotron_h") or c.flag("use_routing_bias")
+        router_bias=(model_type in ("gpt_oss", "nemotron_h", "laguna") or c.flag("use_routing_bias")
                      or c.get("topk_method") == "noaux_tc"),
-        expert_bias=model_type == "gpt_oss")
+        expert_bias=model_type == "gpt_oss", dense_beside=model_type == "gemma4_text")
 
 
 def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str | None:
@@ -984,6 +1055,226 @@ def _layer_norms(c: _Fields, model_type: str) -> int:
     if model_type in ("RefinedWebModel", "falcon") and not c.flag("new_decoder_architecture"):
         return 1
     return 4 if model_type.startswith("gemma") else 2
+
+
+# --- per-layer geometry -----------------------------------------------------------------------
+
+def _cache_refusal(c: _Fields, key: str, what: str) -> ValueError:
+    return ValueError(f"{c.model}: config field {key!r} ({what}) changes what is cached in a way "
+                      "kvlib does not model; refusing to guess the cache size")
+
+
+def _weight_refusal(c: _Fields, key: str, what: str) -> ValueError:
+    return ValueError(f"{c.model}: config field {key!r} ({what}) changes the weights in a way "
+                      "kvlib does not model (the cache would be right, the parameter count would "
+                      "not); refusing to guess")
+
+
+def _gemma4_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                   attention: Attention | None) -> tuple[LayerSpec, ...]:
+    """Gemma-4: the global (full-attention) layers have their own geometry.
+
+    transformers 5.24 (gemma4/configuration_gemma4.py, ``__post_init__``) gives every
+    ``full_attention`` layer ``head_dim = global_head_dim`` (default 512) and, when
+    ``attention_k_eq_v``, ``num_key_value_heads = num_global_key_value_heads``; vLLM 0.33
+    (gemma4.py, ``Gemma4DecoderLayer``) sizes each layer from that ``per_layer_config``. With
+    ``attention_k_eq_v`` the values are the keys' projection (no V weights) but both are cached
+    (transformers normalises and caches ``value_states`` apart; vLLM loads K's weights into the
+    V slot). transformers forces the last layer to full attention; so does this reader.
+    """
+    if c.get("use_bidirectional_attention") == "all":
+        raise _cache_refusal(c, "use_bidirectional_attention", "bidirectional attention on every "
+                             "token, with a halved sliding window")
+    if c.opt_int("hidden_size_per_layer_input", minimum=0):
+        raise _weight_refusal(c, "hidden_size_per_layer_input", "Gemma-4 per-layer input "
+                              "embeddings")
+    moe_flag = c.flag("enable_moe_block")
+    if moe_flag != bool(_n_experts(c)):
+        raise ValueError(f"{c.model}: enable_moe_block ({moe_flag}) and num_experts "
+                         f"({c.get('num_experts')}) disagree (transformers reads the first, vLLM "
+                         "the second)")
+    if attention is None:
+        return layers
+    k_eq_v = c.flag("attention_k_eq_v")
+    n_kv = (c.int("num_global_key_value_heads") if k_eq_v and c.has("num_global_key_value_heads")
+            else attention.n_kv_heads)
+    if attention.n_heads % n_kv:
+        raise ValueError(f"{c.model}: {n_kv} global KV heads (num_global_key_value_heads) cannot "
+                         f"serve {attention.n_heads} query heads")
+    glob = Attention(n_heads=attention.n_heads, n_kv_heads=n_kv,
+                     head_dim=c.int("global_head_dim", default=512),
+                     qkv_bias=attention.qkv_bias, o_bias=attention.o_bias,
+                     qk_norm=attention.qk_norm, k_eq_v=k_eq_v)
+    out = [LayerSpec("full", spec.ffn, attention=glob) if spec.mixer == "full" else spec
+           for spec in layers]
+    if out[-1].mixer != "full":
+        out[-1] = LayerSpec("full", out[-1].ffn, attention=glob)
+    return tuple(out)
+
+
+def _shared_indexer_layers(c: _Fields, layers: tuple[LayerSpec, ...]) -> tuple[LayerSpec, ...]:
+    """IndexCache (GLM-5.2/5.3): only some MLA layers run the DeepSeek-V3.2 indexer and cache its
+    keys; the others reuse the previous top-k. vLLM 0.33 (deepseek_v2.py,
+    ``DeepseekV2MLAAttention``) builds the indexer on layer i unless
+    ``max(i − index_skip_topk_offset + 1, 0) % index_topk_freq != 0`` (offset default 2, freq
+    default 1: every layer), or, with ``index_topk_pattern``, unless its i-th letter is "S".
+    GLM-5.2's offset 3 and freq 4 give layers 0, 1, 2, 6, 10, …, 74: 21 of 78. A config's own
+    ``indexer_types`` ("full"/"shared" per layer, which vLLM does not read) must agree.
+    """
+    n = len(layers)
+    pattern = c.get("index_topk_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - {"S", "F"}:
+            raise ValueError(f"{c.field('index_topk_pattern')} must hold one letter per layer, "
+                             f"S (shared) or F (full), got {pattern!r}")
+        shared = [ch == "S" for ch in pattern]
+    else:
+        freq = c.int("index_topk_freq", default=1)
+        offset = c.int("index_skip_topk_offset", default=2, minimum=0)
+        shared = [max(i - offset + 1, 0) % freq != 0 for i in range(n)]
+    if c.has("indexer_types"):
+        stated = _int_list(c, "indexer_types", n, {"full", "shared"})
+        if [t == "shared" for t in stated] != shared:
+            raise _cache_refusal(c, "indexer_types", "indexer layers that disagree with the ones "
+                                 "vLLM builds from index_topk_freq and index_skip_topk_offset")
+    return tuple(LayerSpec(spec.mixer, spec.ffn, shared_indexer=True)
+                 if skip and spec.mixer == "mla" else spec
+                 for spec, skip in zip(layers, shared))
+
+
+def _mimo_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                 attention: Attention | None) -> tuple[LayerSpec, ...]:
+    """MiMo-V2-Flash: each kind of layer has its own geometry, as vLLM 0.33 builds it
+    (mimo_v2.py, ``MiMoV2DecoderLayer``): sliding layers ``swa_num_attention_heads``,
+    ``swa_num_key_value_heads``, K head dim ``swa_head_dim``, V head dim ``swa_v_head_dim``, window
+    ``sliding_window_size``, a sink per head when ``add_swa_attention_sink_bias``; full layers
+    ``num_key_value_heads``, ``head_dim`` and ``v_head_dim``. vLLM's window of W = 128 keeps
+    W − 1 = 127 tokens; transformers 5.24 (mimo_v2_flash) sets its window to W + 1 and keeps 128.
+    """
+    if attention is None:
+        return layers
+    if c.flag("add_full_attention_sink_bias"):
+        raise _cache_refusal(c, "add_full_attention_sink_bias", "sinks on the full layers, which "
+                             "vLLM's MiMo-V2 does not build")
+    full = Attention(n_heads=attention.n_heads, n_kv_heads=attention.n_kv_heads,
+                     head_dim=attention.head_dim, v_head_dim=c.opt_int("v_head_dim"),
+                     qkv_bias=attention.qkv_bias)
+    n_heads = c.int("swa_num_attention_heads", default=attention.n_heads)
+    n_kv = c.int("swa_num_key_value_heads", default=attention.n_kv_heads)
+    if n_heads % n_kv:
+        raise ValueError(f"{c.model}: {n_kv} sliding-window KV heads (swa_num_key_value_heads) "
+                         f"cannot serve {n_heads} query heads")
+    swa = Attention(n_heads=n_heads, n_kv_heads=n_kv,
+                    head_dim=c.int("swa_head_dim", default=attention.head_dim),
+                    v_head_dim=c.opt_int("swa_v_head_dim"), qkv_bias=attention.qkv_bias,
+                    sliding_window=attention.sliding_window,
+                    sinks=c.flag("add_swa_attention_sink_bias"))
+    return tuple(LayerSpec(spec.mixer, spec.ffn, attention=swa if spec.mixer == "sliding" else full)
+                 for spec in layers)
+
+
+def _laguna_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                   attention: Attention | None) -> tuple[LayerSpec, ...]:
+    """Laguna: per-layer query heads (``num_attention_heads_per_layer``) over one KV-head count,
+    and an output gate ``g_proj`` (transformers 5.24 ``LagunaAttention``): per head
+    (``gating`` true or "per-head": hidden → heads) or per element (hidden → heads × head dim).
+    The cache depends on the KV heads only; the weights on each layer's query heads."""
+    if attention is None:
+        return layers
+    gating = c.get("gating", True)
+    if gating not in (True, False, "per-head", "per-element"):
+        raise ValueError(f"{c.field('gating')} must be true, false, 'per-head' or 'per-element', "
+                         f"got {gating!r}")
+    heads = (_int_list(c, "num_attention_heads_per_layer", len(layers))
+             if c.has("num_attention_heads_per_layer") else [attention.n_heads] * len(layers))
+    out = []
+    for spec, n_heads in zip(layers, heads):
+        if n_heads % attention.n_kv_heads:
+            raise ValueError(f"{c.model}: {attention.n_kv_heads} KV heads cannot serve "
+                             f"{n_heads} query heads (num_attention_heads_per_layer)")
+        own = Attention(n_heads=n_heads, n_kv_heads=attention.n_kv_heads,
+                        head_dim=attention.head_dim, qkv_bias=attention.qkv_bias,
+                        o_bias=attention.o_bias, qk_norm="per_head",
+                        sliding_window=attention.sliding_window if spec.mixer == "sliding" else None,
+                        head_gate=gating in (True, "per-head"),
+                        output_gate=gating == "per-element")
+        out.append(LayerSpec(spec.mixer, spec.ffn, attention=own))
+    return tuple(out)
+
+
+#: Nemotron-NAS block fields vLLM 0.33 reads (nemotron_nas.py), and those it does not read,
+#: which must be unset: a block whose attention is replaced by a linear layer, windowed, given
+#: sink tokens or sparsified is built by vLLM as plain attention, so kvlib cannot size it.
+_NAS_ATTENTION_UNREAD = ("replace_with_linear", "sparsify", "window_length", "num_sink_tokens",
+                         "unshifted_sink", "use_prefill_window_in_sink_attention")
+_NAS_FFN_UNREAD = ("replace_with_linear", "sparsify")
+_NAS_KEYS = {"attention": {"no_op", "n_heads_in_group", *_NAS_ATTENTION_UNREAD},
+             "ffn": {"no_op", "ffn_mult", "intermediate_size", "hidden_act", *_NAS_FFN_UNREAD}}
+
+
+def _nas_intermediate(ffn: Mapping[str, Any], hidden: int, c: _Fields, i: int) -> int:
+    """vLLM's ``_ffn_mult_to_intermediate_size``: int(2 · ffn_mult · hidden / 3) rounded up to a
+    multiple of 256 (e.g. 5.25 × 8,192: 28,672); else the block's ``intermediate_size``."""
+    if ffn.get("ffn_mult") is not None:
+        mult = number(f"{c.model}: block_configs[{i}] ffn_mult", ffn["ffn_mult"], positive=True)
+        size = int(2 * mult * hidden / 3)
+        return -(-size // 256) * 256
+    return positive_integer(f"{c.model}: block_configs[{i}] ffn intermediate_size",
+                            ffn.get("intermediate_size"))
+
+
+def _nas_layers(c: _Fields, n_layers: int, attention: Attention | None,
+                hidden: int | None) -> tuple[LayerSpec, ...]:
+    """Nemotron-NAS (DeciLM) ``block_configs``: one block per layer, as vLLM 0.33's
+    ``DeciLMDecoderLayer`` builds it. ``attention.no_op``: no attention and no cache; else
+    ``num_attention_heads // attention.n_heads_in_group`` KV heads; ``ffn.no_op``: no MLP; else
+    an MLP of ``ffn_mult``'s width. A layer keeps a norm per part it has (input_layernorm with
+    the attention, post_attention_layernorm with the MLP)."""
+    blocks = c.get("block_configs")
+    if not isinstance(blocks, (list, tuple)) or not all(
+            isinstance(b, Mapping) and isinstance(b.get("attention"), Mapping)
+            and isinstance(b.get("ffn"), Mapping) for b in blocks):
+        raise ValueError(f"{c.field('block_configs')} must be a list of blocks, each with an "
+                         "'attention' and an 'ffn' mapping")
+    _checked(list(blocks), "block_configs", n_layers, c)
+    if attention is None or hidden is None:
+        raise ValueError(f"{c.model}: block_configs needs num_attention_heads and hidden_size")
+    out = []
+    for i, block in enumerate(blocks):
+        att, ffn = block["attention"], block["ffn"]
+        for name, part, unread in (("attention", att, _NAS_ATTENTION_UNREAD),
+                                   ("ffn", ffn, _NAS_FFN_UNREAD)):
+            unknown = sorted(map(str, set(part) - _NAS_KEYS[name]))
+            if unknown:
+                raise _cache_refusal(c, "block_configs", f"layer {i}: {name} fields "
+                                     f"{', '.join(unknown)} unknown to kvlib")
+            for key in unread:
+                if _is_set(part.get(key)):
+                    raise _cache_refusal(c, "block_configs", f"layer {i}: {key} set, which vLLM "
+                                         "does not read")
+            if not isinstance(part.get("no_op", False), bool):
+                raise ValueError(f"{c.model}: block_configs[{i}] {name} no_op must be true or "
+                                 f"false, got {part.get('no_op')!r}")
+        if ffn.get("hidden_act") not in (None, c.get("hidden_act")):
+            raise _weight_refusal(c, "block_configs", f"layer {i}: its own MLP activation "
+                                  f"{ffn.get('hidden_act')!r}")
+        has_attention, has_ffn = not att.get("no_op"), not ffn.get("no_op")
+        geometry = None
+        if has_attention:
+            group = positive_integer(f"{c.model}: block_configs[{i}] n_heads_in_group",
+                                     att.get("n_heads_in_group"))
+            if attention.n_heads % group:
+                raise ValueError(f"{c.model}: block_configs[{i}] n_heads_in_group ({group}) does "
+                                 f"not divide the {attention.n_heads} query heads")
+            geometry = Attention(n_heads=attention.n_heads, n_kv_heads=attention.n_heads // group,
+                                 head_dim=attention.head_dim, qkv_bias=attention.qkv_bias,
+                                 o_bias=attention.o_bias)
+        out.append(LayerSpec("full" if has_attention else "none",
+                             "dense" if has_ffn else "none", attention=geometry,
+                             intermediate_size=(_nas_intermediate(ffn, hidden, c, i) if has_ffn
+                                                else None),
+                             norms=int(has_attention) + int(has_ffn)))
+    return tuple(out)
 
 
 # --- the config as transformers reads it ------------------------------------------------------
@@ -1017,7 +1308,9 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
             raise ValueError(f"n_layers must be in 1..{total}, got {n_layers!r}")
         text["num_hidden_layers"] = n_layers
         for key in ("layer_types", "no_rope_layers", "layers_block_type", "attn_type_list",
-                    "mlp_layer_types", "num_attention_heads_per_layer"):  # one entry per layer
+                    "mlp_layer_types", "num_attention_heads_per_layer",
+                    "block_configs", "indexer_types", "hybrid_layer_pattern",
+                    "moe_layer_freq"):  # one entry per layer
             if isinstance(text.get(key), list):
                 text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
@@ -1054,7 +1347,9 @@ def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label
     Known fields are named alone when there are any: the name-pattern guesses are reported only
     when no known field explains the refusal, so the message names what really stops the reader.
     """
-    family = _family_ignored(config, text)
+    family = {**_family_ignored(config, text),
+              **{key: "read" for cfg in (config, text)
+                 for key in FAMILY_READ_KEYS.get(str(cfg.get("model_type")), ())}}
     known, guessed, weights = [], [], []
     for cfg in (text, config) if text is not config else (config,):
         for key, value in cfg.items():
@@ -1124,14 +1419,15 @@ def _check_per_layer_fields(c: _Fields, n_layers: int) -> None:
     lists only 1s.
     ``num_attention_heads_per_layer`` (Laguna): query heads per layer; the KV heads stay
     ``num_key_value_heads`` (transformers laguna/modeling_laguna.py), so only differing entries
-    matter, and they change the weights, not the cache.
+    matter, and they change the weights, not the cache: read for Laguna (``_laguna_layers``),
+    refused elsewhere.
     ``qk_head_dim`` (GLM-5, MLA): qk_nope_head_dim + qk_rope_head_dim, as transformers
     recomputes it; without an MLA latent it would be a K head dim unlike V's, not modelled.
     """
     if c.has("num_attention_heads_per_layer"):
         heads = [integer(f"{c.field('num_attention_heads_per_layer')} entry", h, 1)
                  for h in _int_list(c, "num_attention_heads_per_layer", n_layers)]
-        if set(heads) != {c.get("num_attention_heads")}:
+        if set(heads) != {c.get("num_attention_heads")} and c.get("model_type") != "laguna":
             raise ValueError(f"{c.model}: config field 'num_attention_heads_per_layer' (query heads "
                              f"{sorted(set(map(str, heads)))} per layer) changes the weights in a way "
                              "kvlib does not model (the cache would be right, the parameter count "
@@ -1166,7 +1462,24 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     layers = _layers(c, n_layers)
     mixers = frozenset(spec.mixer for spec in layers)
     hidden = c.opt_int(*_HIDDEN_KEYS)
-    gated = _gated(c, model_type)
+    attention = (_attention(c, model_type, mixers)
+                 if mixers & {"full", "sliding", "chunked", "parallel"} else None)
+    mlp = _mlp(c, model_type, hidden, _gated(c, model_type))
+    if model_type == "gemma4_text":
+        layers = _gemma4_layers(c, layers, attention)
+    elif model_type == "laguna":
+        layers = _laguna_layers(c, layers, attention)
+    elif model_type in _MIMO_TYPES:
+        layers = _mimo_layers(c, layers, attention)
+    elif model_type in ("glm_moe_dsa", "deepseek_v32") and c.has("index_n_heads"):
+        layers = _shared_indexer_layers(c, layers)
+    elif model_type == "nemotron-nas":
+        layers = _nas_layers(c, n_layers, attention, hidden)
+        mixers = frozenset(spec.mixer for spec in layers)
+        own = [spec.attention for spec in layers if spec.attention is not None]
+        attention = own[0] if own else None  # the shared record: the first attention layer's
+        widths = [spec.intermediate_size for spec in layers if spec.intermediate_size]
+        mlp = MLP(intermediate_size=max(widths, default=None), gated=mlp.gated, bias=mlp.bias)
     tie = c.flag("tie_word_embeddings", _Fields(config, label).flag("tie_word_embeddings", True))
     notes = []
     mtp_layers = (c.opt_int("num_nextn_predict_layers", minimum=0)
@@ -1181,14 +1494,13 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         vocab_size=c.opt_int("vocab_size"), tie_word_embeddings=tie,
         embed_dim=c.opt_int("word_embed_proj_dim") or hidden,
         learned_positions=model_type == "opt",
-        attention=(_attention(c, model_type, mixers)
-                   if mixers & {"full", "sliding", "chunked", "parallel"} else None),
+        attention=attention,
         mla=_mla(c) if "mla" in mixers else None,
         mamba1=_mamba1(c, model_type) if "mamba1" in mixers else None,
         mamba2=_mamba2(c) if mixers & {"mamba2", "parallel"} else None,
         gated_deltanet=_gated_deltanet(c) if "gated_deltanet" in mixers else None,
         lightning=_lightning(c) if "lightning" in mixers else None,
-        mlp=_mlp(c, model_type, hidden, gated), moe=_moe(c, model_type),
+        mlp=mlp, moe=_moe(c, model_type),
         layer_norms=_layer_norms(c, model_type),
         norm_bias=model_type in ("opt", "RefinedWebModel", "falcon", "bloom"),
         embedding_norm=model_type == "bloom",

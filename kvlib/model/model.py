@@ -227,26 +227,28 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
     att, mla, m1, m2, gdn = (arch.attention, arch.mla, arch.mamba1, arch.mamba2,
                              arch.gated_deltanet)
 
-    def attention(kind: str) -> AttentionLayer:
-        assert att is not None
-        return AttentionLayer(n_kv_heads=att.n_kv_heads, head_dim=att.head_dim,
-                              window=att.sliding_window if kind == "sliding" else None,
-                              chunk=att.chunk_size if kind == "chunked" else None)
+    def attention(kind: str, own: Any = None) -> AttentionLayer:
+        geometry = own or att  # a layer's own geometry (Gemma-4 global, Nemotron-NAS) or shared
+        assert geometry is not None
+        return AttentionLayer(n_kv_heads=geometry.n_kv_heads, head_dim=geometry.head_dim,
+                              v_head_dim=geometry.v_head_dim,
+                              window=geometry.sliding_window if kind == "sliding" else None,
+                              chunk=geometry.chunk_size if kind == "chunked" else None)
 
     def mamba2() -> Mamba2Layer:
         assert m2 is not None
         return Mamba2Layer(n_heads=m2.n_heads, head_dim=m2.head_dim, state_size=m2.state_size,
                            n_groups=m2.n_groups, conv_kernel=m2.conv_kernel)
 
-    def build(mixer: str) -> tuple[AnyLayer, ...]:
+    def build(mixer: str, own: Any = None, shared_indexer: bool = False) -> tuple[AnyLayer, ...]:
         if mixer in ("full", "sliding", "chunked"):
-            return (attention(mixer),)
+            return (attention(mixer, own),)
         if mixer == "parallel":
             return attention("full"), mamba2()
         if mixer == "mla":
             assert mla is not None
             latent = MLALayer(kv_lora_rank=mla.kv_lora_rank, rope_dim=mla.qk_rope_head_dim)
-            if mla.indexer is None:
+            if mla.indexer is None or shared_indexer:  # IndexCache: no indexer keys here
                 return (latent,)
             return latent, IndexerKeyLayer(head_dim=mla.indexer.head_dim,
                                            n_heads=mla.indexer.n_heads)
@@ -267,12 +269,13 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
                                             head_dim=arch.lightning.head_dim),)
         return (StatelessLayer(),)
 
-    built: dict[str, tuple[AnyLayer, ...]] = {}
+    built: dict[tuple[str, Any], tuple[AnyLayer, ...]] = {}
     out: list[AnyLayer] = []
     for spec in arch.layers:
-        if spec.mixer not in built:
-            built[spec.mixer] = build(spec.mixer)
-        out.extend(built[spec.mixer])
+        key = (spec.mixer, spec.attention, spec.shared_indexer)
+        if key not in built:
+            built[key] = build(*key)
+        out.extend(built[key])
     return tuple(out)
 
 
@@ -304,6 +307,12 @@ def _check_tp(model: Model, tp: int) -> int:
     if model.n_heads is not None and model.n_heads % tp:
         raise ValueError(f"model {model.name!r}: {model.n_heads} query heads cannot be split "
                          f"across tp={tp} GPUs: tp must divide them")
+    own = {spec.attention.n_heads for spec in (model.architecture.layers if model.architecture
+                                               else ()) if spec.attention is not None}
+    for heads in sorted(own):  # per-layer query heads (Laguna): each layer's must split too
+        if heads % tp:
+            raise ValueError(f"model {model.name!r}: a layer's {heads} query heads cannot be "
+                             f"split across tp={tp} GPUs: tp must divide them")
     for layer, _ in model.distinct_layers:
         try:
             layer.elements_per_token(tp)

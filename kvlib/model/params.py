@@ -98,11 +98,14 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     """(linear, bias+small, norms, kv_linear) parameters of one softmax-attention layer."""
     q_out = att.n_heads * att.head_dim
     kv_out = att.n_kv_heads * att.head_dim
-    kv_linear = 2 * hidden * kv_out
-    linear = hidden * q_out * (2 if att.output_gate else 1) + kv_linear + q_out * hidden
+    v_dim = att.v_head_dim or att.head_dim  # MiMo-V2: V heads narrower than K's
+    v_out = 0 if att.k_eq_v else att.n_kv_heads * v_dim  # Gemma-4 global: no v_proj
+    kv_linear = hidden * (kv_out + v_out)
+    linear = (hidden * q_out * (2 if att.output_gate else 1) + kv_linear
+              + att.n_heads * v_dim * hidden + (hidden * att.n_heads if att.head_gate else 0))
     small = 0
     if att.qkv_bias:
-        small += q_out + 2 * kv_out
+        small += q_out + kv_out + v_out
     if att.o_bias:
         small += hidden  # o_proj bias
     if att.sinks:
@@ -115,9 +118,11 @@ def _attention_params(att: Attention, hidden: int) -> tuple[int, int, int, int]:
     return linear, small, norms, kv_linear
 
 
-def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
+def _mla_params(mla: MLA, hidden: int, label: str,
+                indexer: bool = True) -> tuple[int, int]:
     """(linear, norms) parameters of one MLA layer (DeepSeek-V2/V3, Kimi-K2), plus the
-    DeepSeek-V3.2 lightning indexer when the config has one."""
+    DeepSeek-V3.2 lightning indexer when the config has one and the layer runs it (``indexer``;
+    vLLM drops a shared layer's indexer weights when loading)."""
     n_heads, q_lora, kv_lora, rope = (mla.n_heads, mla.q_lora_rank, mla.kv_lora_rank,
                                       mla.qk_rope_head_dim)
     nope = _need(mla.qk_nope_head_dim, label, "qk_nope_head_dim")
@@ -131,7 +136,7 @@ def _mla_params(mla: MLA, hidden: int, label: str) -> tuple[int, int]:
         linear = hidden * n_heads * qk
     linear += hidden * (kv_lora + rope) + kv_lora * n_heads * (nope + v_dim)
     linear += n_heads * v_dim * hidden
-    if mla.indexer is not None:  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
+    if mla.indexer is not None and indexer:  # DeepSeek-V3.2 indexer: wq_b, wk, k_norm (w+b), weights_proj
         ih, idim = mla.indexer.n_heads, mla.indexer.head_dim
         linear += (q_lora or hidden) * ih * idim + hidden * idim + hidden * ih
         norms += 2 * idim
@@ -218,18 +223,19 @@ def count_architecture(arch: Architecture) -> ParamCounts:
     moe, mlp = arch.moe, arch.mlp
     kv_total = n_kv = n_moe_layers = 0
     for spec in arch.layers:
-        comp["norms"] += arch.layer_norms * norm_size
+        comp["norms"] += (arch.layer_norms if spec.norms is None else spec.norms) * norm_size
         if spec.mixer in ("full", "sliding", "chunked", "parallel"):
-            assert arch.attention is not None
-            lin, small, norms, kv = _attention_params(arch.attention, hidden)
+            att = spec.attention or arch.attention  # a layer's own geometry, else the shared one
+            assert att is not None
+            lin, small, norms, kv = _attention_params(att, hidden)
             comp["attention"] += lin
             comp["small"] += small
             comp["norms"] += norms
             kv_total += kv
-            n_kv = arch.attention.n_kv_heads
+            n_kv = att.n_kv_heads
         elif spec.mixer == "mla":
             assert arch.mla is not None
-            lin, norms = _mla_params(arch.mla, hidden, label)
+            lin, norms = _mla_params(arch.mla, hidden, label, not spec.shared_indexer)
             comp["attention"] += lin
             comp["norms"] += norms
         if spec.mixer in ("mamba2", "parallel"):
@@ -269,9 +275,13 @@ def count_architecture(arch: Architecture) -> ParamCounts:
                 comp["shared_experts"] += mats * hidden * moe.shared_intermediate_size
                 if moe.shared_gate:
                     comp["router"] += hidden  # shared_expert_gate
-        elif spec.ffn == "dense":
+            if moe.dense_beside:  # Gemma-4: router scales (hidden + per expert), 3 more norms
+                comp["router"] += hidden + moe.n_experts
+                comp["norms"] += 3 * norm_size
+        if spec.ffn == "dense" or (spec.ffn == "moe" and moe is not None and moe.dense_beside):
             assert mlp is not None
-            inter = _need(mlp.intermediate_size, label, "intermediate_size")
+            inter = _need(spec.intermediate_size or mlp.intermediate_size, label,
+                          "intermediate_size")
             comp["mlp"] += mats * hidden * inter
             if mlp.bias:
                 comp["small"] += inter + hidden
