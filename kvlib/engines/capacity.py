@@ -463,6 +463,14 @@ def communicates(d: Deployment, tp: int) -> bool:
     return tp > 1 or d.pp > 1 or (d.dp > 1 and d.model.architecture.moe is not None)
 
 
+def refuse_parallel(d: Deployment, engine: str) -> None:
+    """ValueError naming the layout when ``engine``'s pool is asked for pipeline stages,
+    data-parallel ranks or expert parallelism, which kvlib sizes for vLLM only."""
+    if (d.pp, d.dp, d.ep) != (1, 1, 1):
+        raise ValueError(f"pp={d.pp}, dp={d.dp}, ep={d.ep}: kvlib sizes {engine}'s pool for one "
+                         "tensor-parallel group only (pp = dp = ep = 1); vLLM's is modelled")
+
+
 def _split(counts: ParamCounts, keep: set[str]) -> ParamCounts:
     return replace(counts, components={k: v for k, v in counts.components.items() if k in keep})
 
@@ -492,8 +500,10 @@ def parallel_weights(d: Deployment, stage: int = 0) -> tuple[int, str]:
     comp = dict(part.components)
     if stage > 0:
         comp["embedding"] = comp["position_embedding"] = 0
-    if stage < d.pp - 1:
+    if stage < d.pp - 1:  # the final norm and the LM head are the last stage's
         comp["lm_head"] = 0
+        comp["norms"] -= ((arch.hidden_size or 0) * (2 if arch.norm_bias else 1)
+                          if arch.final_norm else 0)
     elif d.pp > 1 and arch.tie_word_embeddings:
         comp["lm_head"] = counts.components.get("embedding", 0)
     part = replace(part, components=comp)

@@ -1,0 +1,93 @@
+"""Parallelism beyond one tensor-parallel group: pipeline stages, data-parallel ranks and expert
+parallelism in ``Deployment`` and vLLM's pool (``kvlib.engines.capacity``)."""
+from __future__ import annotations
+
+import pytest
+
+import kvlib
+from kvlib import Deployment
+from kvlib.engines.capacity import parallel_weights, stage_layers
+from kvlib.model.params import weight_bytes
+from kvlib.model.weights import params_for
+
+
+def _d(slug="deepseek-v3", **kw):
+    return Deployment(slug, "h200", weights="fp8", max_model_len=8192, **kw).resolved()
+
+
+def test_stages_split_layers_as_vllm_does():
+    # 61 = 30 + 30 + 1: the extra layer goes to the second-to-last stage's turn -> first here
+    assert stage_layers(61, 2) == [(0, 31), (31, 61)]
+    # 94 = 4 × 23 + 2: stages 2 and 3 (of 4) get one more: 23, 24, 24, 23
+    assert stage_layers(94, 4) == [(0, 23), (23, 47), (47, 71), (71, 94)]
+    pytest.importorskip("vllm")
+    from vllm.distributed.utils import get_pp_indices
+    for n, pp in ((61, 2), (94, 4), (80, 3), (36, 5), (7, 7)):
+        assert stage_layers(n, pp) == [get_pp_indices(n, r, pp) for r in range(pp)]
+    with pytest.raises(ValueError, match="more pipeline stages"):
+        stage_layers(4, 5)
+
+
+def test_gpus_and_what_is_refused():
+    assert (_d(tp=8, pp=2).gpus, _d(tp=8, pp=2).n_gpus, _d(tp=1, dp=8, ep=8).gpus) == (16, 16, 8)
+    with pytest.raises(ValueError, match="no routed experts"):
+        Deployment("llama-3.1-70b", "h200", tp=2, dp=2, ep=4)
+    with pytest.raises(ValueError, match="ep = tp × dp = 8"):
+        Deployment("deepseek-v3", "h200", tp=8, ep=4)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        Deployment("deepseek-v3", "h200", tp=3, ep=3)  # 256 experts over 3 GPUs
+    with pytest.raises(ValueError, match="SGLang's pool"):
+        kvlib.kv_pool(Deployment("deepseek-v3", "h200", tp=8, pp=2, weights="fp8",
+                                 engine="sglang"))
+    with pytest.raises(ValueError, match="one kind of KV cache"):  # sliding + full layers
+        kvlib.kv_pool(Deployment("gpt-oss-120b", "h200", pp=2))
+
+
+def test_stage_weights_add_up_to_the_whole_model():
+    # The two stages of TP8 × PP2 hold, together, what one TP8 group holds (to the rounding of
+    # one ceil per part): each layer, the embedding and the LM head live on exactly one stage.
+    one = kvlib.kv_pool(_d(tp=8)).weights_bytes_per_gpu
+    two = [parallel_weights(_d(tp=8, pp=2), s)[0] for s in (0, 1)]
+    assert abs(sum(two) - one) <= 6
+    # stage 1: layers 0–30, three of them dense (first_k_dense_replace) — 28 MoE layers;
+    # stage 2: 30 MoE layers, so it holds more although it has one layer fewer
+    assert two[1] > two[0]
+
+
+def test_experts_spread_over_every_gpu_of_a_stage():
+    # DP8 + EP on 8 GPUs: each GPU holds 256 / 8 = 32 whole experts — the same bytes as TP8's
+    # tensor-split experts — and the attention, dense MLPs and embeddings whole (tp = 1).
+    counts = params_for("deepseek-v3")
+    fmt = kvlib.weight_format("fp8")
+    parts = {k: v for k, v in counts.components.items() if k != "experts"}
+    rest = type(counts)(**{**counts.__dict__, "components": parts})
+    ep8, tp8 = parallel_weights(_d(tp=1, dp=8, ep=8))[0], kvlib.kv_pool(_d(tp=8)).weights_bytes_per_gpu
+    assert abs((ep8 - tp8) - (weight_bytes(rest, fmt, 1) - weight_bytes(rest, fmt, 8))) <= 3
+    # without --enable-expert-parallel vLLM tensor-splits the experts over tp × dp: same bytes
+    assert parallel_weights(_d(tp=1, dp=8))[0] == ep8
+
+
+def test_data_parallel_ranks_each_hold_their_own_requests():
+    # MLA's latent is replicated across TP: TP8 holds every request's latent on every GPU,
+    # DP8 + EP one eighth of the requests on each; the rank's pool is smaller (attention
+    # weights whole), the deployment's 8 × larger.
+    tp8, dp8 = kvlib.kv_pool(_d(tp=8)), kvlib.kv_pool(_d(tp=1, dp=8, ep=8))
+    assert tp8.page_bytes == dp8.page_bytes  # (512 + 64) × 2 B × 16 tokens, every GPU
+    assert dp8.tokens < tp8.tokens
+    assert dp8.deployment_concurrency(8192) == 8 * dp8.max_concurrency(8192)
+    assert dp8.deployment_concurrency(8192) > 4 * tp8.deployment_concurrency(8192)
+    assert tp8.deployment_concurrency(8192) == tp8.max_concurrency(8192)
+
+
+def test_the_stage_with_fewest_blocks_sets_every_stages_pool():
+    # DeepSeek-V3 TP8 × PP2: the last stage samples (vLLM's dummy sampler runs on the last PP
+    # rank only) but holds 30 layers, the first 31 and the embedding; the binding stage is the
+    # one with fewer blocks and its tokens are blocks × 16.
+    d = _d(tp=8, pp=2)
+    pool = kvlib.kv_pool(d)
+    assert pool.layers_per_group == (31, 30)[pool.stage]
+    assert pool.block_bytes == pool.layers_per_group * pool.page_bytes
+    assert pool.tokens == pool.num_blocks * 16
+    assert pool.activation_sampler_bytes == (0, pool.activation_sampler_bytes)[pool.stage]
+    # halving the layers per GPU more than doubles the tokens a stage holds
+    assert pool.tokens > 2 * kvlib.kv_pool(_d(tp=8)).tokens
