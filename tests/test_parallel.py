@@ -91,3 +91,48 @@ def test_the_stage_with_fewest_blocks_sets_every_stages_pool():
     assert pool.activation_sampler_bytes == (0, pool.activation_sampler_bytes)[pool.stage]
     # halving the layers per GPU more than doubles the tokens a stage holds
     assert pool.tokens > 2 * kvlib.kv_pool(_d(tp=8)).tokens
+
+
+def test_alltoall_is_read_from_the_measured_rows():
+    from kvlib.speed.parallel import alltoall_time_s
+    # data/alltoall.csv, H200, hidden 7168, 256 experts, top-8: 1 token 11.905 + 12.557 µs;
+    # 64 → 22.994 + 38.757 µs; 48 tokens lies between 32 (16.493 + 24.555) and 64
+    assert alltoall_time_s("h200", 7168, 256, 8, 1) == pytest.approx(24.462e-6)
+    assert alltoall_time_s("h200", 7168, 256, 8, 64) == pytest.approx(61.751e-6)
+    assert alltoall_time_s("h200", 7168, 256, 8, 48) == pytest.approx((41.048 + 61.751) / 2 * 1e-6)
+    assert alltoall_time_s("h100-sxm", 7168, 256, 8, 1) > 0  # its own rows
+    assert alltoall_time_s("mi300x", 7168, 256, 8, 1) is None  # no row for Infinity Fabric
+
+
+def test_parallel_pass_adds_only_its_own_terms():
+    from kvlib.speed.parallel import parallel_decode
+    d = Deployment("deepseek-v3", "h200", tp=8, weights="fp8")
+    one = kvlib.decode_step(d, batch=16, context_tokens=2000)
+    # a single TP group (and EP inside it: every GPU already holds every token) is the step
+    for same in (d, d.with_(ep=8)):
+        s = parallel_decode(same, batch=16, context_tokens=2000)
+        assert (s.tpot_s, s.exchange_s, s.send_s) == (one.time_s, 0.0, 0.0)
+    # TP8 × PP2: 16 requests in two micro-batches of 8; one pass = a step of 8 plus one send
+    pp = parallel_decode(d.with_(pp=2), batch=16, context_tokens=2000)
+    eight = kvlib.decode_step(d, batch=8, context_tokens=2000).time_s
+    assert (pp.in_flight, pp.micro_batch, pp.bubble_share) == (2, 8, 0.0)
+    assert pp.tpot_s == pytest.approx(eight + pp.send_s) and 0 < pp.send_s < 1e-4
+    assert parallel_decode(d.with_(pp=2), batch=1, context_tokens=2000).bubble_share == 0.5
+    # DP8 + EP: each GPU reads attention whole; 58 MoE layers each add an exchange
+    wide = parallel_decode(d.with_(tp=1, dp=8, ep=8), batch=16, context_tokens=2000)
+    assert wide.exchange_s > 0 and wide.rank.allreduce_s == 0.0
+    assert wide.tokens_per_s == pytest.approx(8 * 16 / wide.tpot_s)
+    deepep = parallel_decode(d.with_(tp=1, dp=8, ep=8), batch=16, context_tokens=2000,
+                             exchange="deepep")
+    assert deepep.exchange_s == pytest.approx(58 * (14.245 + 18.275) * 1e-6)
+
+
+def test_checked_against_the_points_measured_with_those_settings():
+    from kvlib.fit.parallel import parallel_validation
+    v = parallel_validation()
+    assert len(v) == 49 and set(v["set"]) == {"fit set", "fresh set"}
+    single = v[v["dp"] == 1]
+    assert (single["parallel"] == single["single_group"]).all()  # nothing added at dp = pp = 1
+    wide = v[v["dp"] > 1]
+    assert sorted(wide.index) == ["fr019", "fr063", "fr065", "fr103"]
+    assert (wide["parallel"] != wide["single_group"]).all()
