@@ -136,3 +136,37 @@ def test_checked_against_the_points_measured_with_those_settings():
     wide = v[v["dp"] > 1]
     assert sorted(wide.index) == ["fr019", "fr063", "fr065", "fr103"]
     assert (wide["parallel"] != wide["single_group"]).all()
+
+
+def _cli(*args: str):
+    import contextlib
+    import io
+    import json
+
+    from kvlib.report.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, (json.loads(out.getvalue()) if "--json" in args and code == 0
+                  else out.getvalue() + err.getvalue())
+
+
+def test_cli_fit_and_cost_beyond_one_group():
+    flags = ("deepseek-v3", "h200", "--tp", "1", "--dp", "8", "--ep", "8", "--weight-dtype",
+             "fp8", "--context", "8192")
+    code, fit = _cli("fit", *flags, "--json")
+    pool = kvlib.kv_pool(_d(tp=1, dp=8, ep=8))
+    assert code == 0 and (fit["gpus"], fit["kv_tokens"]) == (8, pool.tokens)
+    assert fit["max_concurrency"] == pytest.approx(8 * fit["max_concurrency_per_rank"])
+    assert "--data-parallel-size 8 --enable-expert-parallel" in fit["launch_command"]
+    code, cost = _cli("cost", *flags, "--price", "3", "--json")
+    # $3 × 8 GPUs per hour over the pass's tokens per second
+    assert cost["dollars_per_million_tokens"] == pytest.approx(
+        24 / (cost["tokens_per_s"] * 3600) * 1e6)
+    code, text = _cli("fit", "deepseek-v3", "h200", "--tp", "8", "--pp", "2", "--weight-dtype",
+                      "fp8")
+    assert code == 0 and "16 GPUs: tp 8 × pp 2 × dp 1" in text
+    code, text = _cli("fit", "llama-3.1-8b", "h100-sxm", "--ep", "2")
+    assert code == 2 and text.count("\n") == 1 and "no routed experts" in text
+    code, text = _cli("slo", "deepseek-v3", "h200", "--tp", "8", "--pp", "2", "--tpot", "0.1")
+    assert code == 2 and "one tensor-parallel group" in text
