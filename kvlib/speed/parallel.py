@@ -209,3 +209,33 @@ def parallel_decode(d: Deployment, *, batch: int, context_tokens: int,
     return ParallelStep(pp=d.pp, dp=d.dp, ep=d.ep, batch=b, in_flight=in_flight,
                         micro_batch=micro, rank=rank, exchange_s=exchange_s, send_s=send_s,
                         exchange=exchange)
+
+
+def layout_comparison(d: Deployment, layouts: dict[str, tuple[int, int, int, int]], *,
+                      context_tokens: int, output_tokens: int) -> pd.DataFrame:
+    """``d`` under each of ``layouts`` (label → (tp, pp, dp, ep)), one row each: GPUs, weights
+    and KV pool per GPU (bytes; of the pipeline stage with the fewest blocks), KV tokens per
+    data-parallel rank, requests of ``context_tokens`` the whole deployment holds, and — where
+    at least one fits — the decode pass of as many requests per rank as the pool holds (at most
+    ``max_num_seqs``), at the middle of ``output_tokens``: seconds per token and tokens/s in all."""
+    from ..engines.pools import kv_pool
+
+    context = positive_integer("context_tokens", context_tokens)
+    output = positive_integer("output_tokens", output_tokens)
+    if output >= context:
+        raise ValueError(f"output_tokens ({output}) must be below context_tokens ({context})")
+    rows = []
+    for label, (tp, pp, dp, ep) in layouts.items():
+        x = d.with_(tp=tp, pp=pp, dp=dp, ep=ep, max_model_len=context)
+        pool = kv_pool(x)
+        held = pool.max_concurrency(context)
+        row = {"layout": label, "gpus": x.gpus, "weights_bytes_per_gpu": pool.weights_bytes_per_gpu,
+               "kv_bytes_per_gpu": pool.kv_bytes_per_gpu, "tokens_per_rank": pool.tokens,
+               "requests": pool.deployment_concurrency(context), "batch_per_rank": 0,
+               "tpot_s": math.nan, "tokens_per_s": 0.0}
+        if held >= 1:
+            batch = min(math.floor(held), x.resolved().max_num_seqs)
+            step = parallel_decode(x, batch=batch, context_tokens=context - output + output // 2)
+            row.update(batch_per_rank=batch, tpot_s=step.tpot_s, tokens_per_s=step.tokens_per_s)
+        rows.append(row)
+    return pd.DataFrame(rows)
