@@ -60,9 +60,13 @@ def _degree(name: str, value: Any) -> int:
 
 
 def _check_parallel(d: Deployment) -> None:
-    """Refuse the parallel layouts kvlib does not model, naming them: expert parallelism on a
-    model without routed experts, or of a degree other than tp × dp (vLLM's EP group is every
-    GPU of a pipeline stage: ``FusedMoEParallelConfig.make``)."""
+    """Refuse the parallel layouts kvlib does not model, naming them: more pipeline stages than
+    layers; expert parallelism on a model without routed experts, or of a degree other than
+    tp × dp (vLLM's EP group is every GPU of a pipeline stage: ``FusedMoEParallelConfig.make``)."""
+    layers = d.model.architecture.layers if d.model.architecture is not None else d.model.layers
+    if d.pp > len(layers):
+        raise ValueError(f"pp={d.pp}: more pipeline stages than {d.model.name}'s "
+                         f"{len(layers)} layers")
     if d.ep == 1:
         return
     moe = d.model.architecture.moe if d.model.architecture is not None else None

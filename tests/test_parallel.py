@@ -39,6 +39,10 @@ def test_gpus_and_what_is_refused():
     with pytest.raises(ValueError, match="SGLang's pool"):
         kvlib.kv_pool(Deployment("deepseek-v3", "h200", tp=8, pp=2, weights="fp8",
                                  engine="sglang"))
+    with pytest.raises(ValueError, match="more pipeline stages than Llama-3.1-8B's 32 layers"):
+        Deployment("llama-3.1-8b", "h100-sxm", pp=33)
+    with pytest.raises(ValueError, match="parallel_decode times the others"):  # not silently TP
+        kvlib.decode_step(_d(tp=8, pp=2), batch=4, context_tokens=100)
     with pytest.raises(ValueError, match="one kind of KV cache"):  # sliding + full layers
         kvlib.kv_pool(Deployment("gpt-oss-120b", "h200", pp=2))
 

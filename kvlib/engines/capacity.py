@@ -493,6 +493,9 @@ def parallel_weights(d: Deployment, stage: int = 0) -> tuple[int, str]:
     A published checkpoint served in its own format scales the count as ``loaded_weights``
     does; MXFP4 Marlin padding is added for the stage's share of MoE layers."""
     m, g, arch = d.model, d.gpu, d.model.architecture
+    if arch is None:
+        raise ValueError(f"model {m.name!r} carries no config: weights per pipeline stage or "
+                         "data-parallel rank need its config.json fields")
     bounds = stage_layers(len(arch.layers), d.pp)[stage]
     sub = replace(arch, layers=arch.layers[bounds[0]:bounds[1]])
     counts = params_for(m)
@@ -547,7 +550,8 @@ def stage_groups(d: Deployment, groups: list[CacheGroup], stage: int) -> list[Ca
     m = d.model
     if d.pp == 1:
         return groups
-    if len(groups) > 1 or len(m.layers) != len(m.architecture.layers):
+    if (len(groups) > 1 or m.architecture is None
+            or len(m.layers) != len(m.architecture.layers)):
         raise ValueError(f"pp={d.pp}: kvlib models pipeline stages of a model with one kind of "
                          f"KV cache per layer; {m.name} has "
                          f"{', '.join(sorted({gr.kind for gr in groups}))} caches")
