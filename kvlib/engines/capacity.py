@@ -18,6 +18,15 @@ does, on every GPU of a tensor-parallel group:
 Steps 1, 3 and 4 are exact arithmetic. Step 2's activation peak and non-torch memory are
 measured by the engine at start-up; kvlib models them with the ``Overheads`` terms below,
 calibrated on the public start-up logs in ``data/engine_logs.csv`` (see ``calibration``).
+
+Beyond one tensor-parallel group (``Deployment`` pp, dp, ep; vLLM 0.33's ``ParallelConfig``):
+each pipeline stage is sized alone — its own layers' weights and KV pages, the sampler peak on
+the last stage only — and every stage gets the fewest blocks any stage has
+(``get_kv_cache_configs``); a data-parallel rank is one engine with its own pool and requests
+(``Pool.tokens`` and ``max_concurrency`` are one rank's, ``deployment_concurrency`` all of
+them), its experts shared over the tp × dp GPUs of the stage (``parallel_weights``). The
+activation peak is the single group's (the gathered hidden states of data-parallel MoE are not
+counted).
 """
 from __future__ import annotations
 
