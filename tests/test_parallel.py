@@ -174,3 +174,42 @@ def test_cli_fit_and_cost_beyond_one_group():
     assert code == 2 and text.count("\n") == 1 and "no routed experts" in text
     code, text = _cli("slo", "deepseek-v3", "h200", "--tp", "8", "--pp", "2", "--tpot", "0.1")
     assert code == 2 and "one tensor-parallel group" in text
+
+
+def test_stage_blocks_agree_with_vllms_own_kv_cache_planning(tmp_path):
+    # vLLM 0.33's get_kv_cache_configs, fed each stage's layers and kvlib's available memory of
+    # each stage, gives every worker the fewest blocks — the number kvlib's pool reports.
+    pytest.importorskip("vllm")
+    import json
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    from kvlib.core.data import data_dir
+    from kvlib.engines.capacity import stage_pools
+
+    config = json.loads((data_dir() / "models" / "llama-3.1-8b.json").read_text())["config"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    d = Deployment("llama-3.1-8b", "h100-sxm", pp=2, max_model_len=8192)
+    stages = stage_pools(d)
+    vc = VllmConfig(model_config=ModelConfig(model=str(tmp_path), dtype="bfloat16",
+                                             skip_tokenizer_init=True, max_model_len=8192),
+                    cache_config=CacheConfig(block_size=16, cache_dtype="auto"),
+                    scheduler_config=SchedulerConfig(max_num_seqs=1024,
+                                                     max_num_batched_tokens=8192,
+                                                     max_model_len=8192,
+                                                     enable_chunked_prefill=True,
+                                                     is_encoder_decoder=False))
+    vc.cache_config.kv_cache_layout = "LBHNC"  # what the engine core resolves before sizing
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+    specs = [{f"model.layers.{i}.self_attn.attn": spec for i in range(a, b)}
+             for a, b in stage_layers(32, 2)]
+    configs = get_kv_cache_configs(vc, specs, [p.available_kv_bytes for p in stages],
+                                   get_global_kv_cache_groups(vc, specs))
+    pool = kvlib.kv_pool(d)
+    assert stages[0].num_blocks > stages[1].num_blocks  # the last stage also samples
+    assert [c.num_blocks for c in configs] == [pool.num_blocks] * 2 == [stages[1].num_blocks] * 2

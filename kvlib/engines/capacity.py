@@ -395,15 +395,23 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     """
     d = as_deployment(deployment, gpu, **keywords).resolved()
     m = d.model
-    tp = m.check_tp(d.tp)
+    m.check_tp(d.tp)
     if d.max_model_len is not None:
         check_max_model_len(m, d.max_model_len, d.allow_long_max_model_len)
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
-    if d.pp > 1:  # every stage sized alone; all of them get the fewest blocks
-        stages = [_pool(d, tp, overheads, weights_bytes_per_gpu, s) for s in range(d.pp)]
-        return min(stages, key=lambda p: (p.num_blocks, p.stage))
-    return _pool(d, tp, overheads, weights_bytes_per_gpu, 0)
+    stages = stage_pools(d, overheads=overheads, weights_bytes_per_gpu=weights_bytes_per_gpu)
+    return min(stages, key=lambda p: (p.num_blocks, p.stage))
+
+
+def stage_pools(deployment: Deployment, *, overheads: Overheads = VLLM,
+                weights_bytes_per_gpu: int | None = None) -> list[Pool]:
+    """The pool of one GPU of each pipeline stage, each sized alone (its own weights, pages and
+    activation peak; ``num_blocks`` before vLLM lowers every stage to the fewest). One entry
+    when pp = 1. ``kv_pool`` returns the one with the fewest blocks."""
+    d = deployment.resolved()
+    tp = d.model.check_tp(d.tp)
+    return [_pool(d, tp, overheads, weights_bytes_per_gpu, s) for s in range(d.pp)]
 
 
 def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: int | None,
