@@ -11,6 +11,16 @@ from kvlib.model.params import weight_bytes
 from kvlib.model.weights import params_for
 
 
+def _vllm_on_cpu() -> None:
+    """vLLM importable on this CPU: its device and an offline hub set before its first import
+    (the platform is fixed then), as ``kvlib.engines.vllm_oracle`` does."""
+    import os
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("vllm")
+
+
 def _d(slug="deepseek-v3", **kw):
     return Deployment(slug, "h200", weights="fp8", max_model_len=8192, **kw).resolved()
 
@@ -20,7 +30,7 @@ def test_stages_split_layers_as_vllm_does():
     assert stage_layers(61, 2) == [(0, 31), (31, 61)]
     # 94 = 4 × 23 + 2: stages 2 and 3 (of 4) get one more: 23, 24, 24, 23
     assert stage_layers(94, 4) == [(0, 23), (23, 47), (47, 71), (71, 94)]
-    pytest.importorskip("vllm")
+    _vllm_on_cpu()
     from vllm.distributed.utils import get_pp_indices
     for n, pp in ((61, 2), (94, 4), (80, 3), (36, 5), (7, 7)):
         assert stage_layers(n, pp) == [get_pp_indices(n, r, pp) for r in range(pp)]
@@ -43,6 +53,9 @@ def test_gpus_and_what_is_refused():
         Deployment("llama-3.1-8b", "h100-sxm", pp=33)
     with pytest.raises(ValueError, match="parallel_decode times the others"):  # not silently TP
         kvlib.decode_step(_d(tp=8, pp=2), batch=4, context_tokens=100)
+    with pytest.raises(ValueError, match="SGLang's pool"):  # its command needs its pool
+        kvlib.launch_command(Deployment("deepseek-v3", "h200", tp=1, dp=8, ep=8, weights="fp8",
+                                        engine="sglang"))
     with pytest.raises(ValueError, match="one kind of KV cache"):  # sliding + full layers
         kvlib.kv_pool(Deployment("gpt-oss-120b", "h200", pp=2))
 
@@ -77,6 +90,8 @@ def test_data_parallel_ranks_each_hold_their_own_requests():
     # weights whole), the deployment's 8 × larger.
     tp8, dp8 = kvlib.kv_pool(_d(tp=8)), kvlib.kv_pool(_d(tp=1, dp=8, ep=8))
     assert tp8.page_bytes == dp8.page_bytes  # (512 + 64) × 2 B × 16 tokens, every GPU
+    assert "experts over 8 GPUs (whole, expert-parallel), the rest over tp = 1" in (
+        dp8.terms()["term"][2])
     assert dp8.tokens < tp8.tokens
     assert dp8.deployment_concurrency(8192) == 8 * dp8.max_concurrency(8192)
     assert dp8.deployment_concurrency(8192) > 4 * tp8.deployment_concurrency(8192)
@@ -179,11 +194,9 @@ def test_cli_fit_and_cost_beyond_one_group():
 def test_stage_blocks_agree_with_vllms_own_kv_cache_planning(tmp_path):
     # vLLM 0.33's get_kv_cache_configs, fed each stage's layers and kvlib's available memory of
     # each stage, gives every worker the fewest blocks — the number kvlib's pool reports.
-    pytest.importorskip("vllm")
+    _vllm_on_cpu()
     import json
-    import os
 
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs

@@ -311,8 +311,10 @@ class Pool:
             ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
             (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
              self.budget_bytes),
-            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
-             + (f"; {self.weights_basis}" if self.weights_basis else "") + ")",
+            ((f"− weights ({self.weight_dtype}; {self.weights_basis})"
+              if (self.pp, self.dp, self.ep) != (1, 1, 1) else
+              f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
+              + (f"; {self.weights_basis}" if self.weights_basis else "") + ")"),
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
