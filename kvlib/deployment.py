@@ -200,6 +200,27 @@ def _degree(name: str, value: Any) -> int:
     return positive_integer(name, value)
 
 
+def _check_parallel(d: Deployment) -> None:
+    """Refuse the parallel layouts kvlib does not model, naming them: more pipeline stages than
+    layers; expert parallelism on a model without routed experts, or of a degree other than
+    tp × dp (vLLM's EP group is every GPU of a pipeline stage: ``FusedMoEParallelConfig.make``)."""
+    layers = d.model.architecture.layers if d.model.architecture is not None else d.model.layers
+    if d.pp > len(layers):
+        raise ValueError(f"pp={d.pp}: more pipeline stages than {d.model.name}'s "
+                         f"{len(layers)} layers")
+    if d.ep == 1:
+        return
+    moe = d.model.architecture.moe if d.model.architecture is not None else None
+    if moe is None:
+        raise ValueError(f"ep={d.ep}: {d.model.name} has no routed experts to spread")
+    if d.ep != d.tp * d.dp:
+        raise ValueError(f"ep={d.ep}: kvlib models expert parallelism over every GPU of a "
+                         f"stage only, ep = tp × dp = {d.tp * d.dp}")
+    if moe.n_experts % d.ep:
+        raise ValueError(f"ep={d.ep}: {d.model.name}'s {moe.n_experts} experts do not split "
+                         "evenly (vLLM's uneven split is not modelled)")
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One engine started on one group of GPUs (public API; field names are kept).
@@ -213,11 +234,14 @@ class Deployment:
     gpu: GPU | str
     #: Tensor-parallel degree: GPUs each layer is split across (``--tensor-parallel-size``).
     tp: int = 1
-    #: Pipeline-parallel stages (``--pipeline-parallel-size``); only 1 is modelled yet.
+    #: Pipeline-parallel stages (``--pipeline-parallel-size``): the layers split over pp
+    #: groups of tp GPUs.
     pp: int = 1
-    #: Data-parallel replicas (``--data-parallel-size``); only 1 is modelled yet.
+    #: Data-parallel ranks (``--data-parallel-size``): dp engines, each with its own requests
+    #: and KV pool; for a MoE their experts are shared across the dp × tp GPUs of a stage.
     dp: int = 1
-    #: Expert-parallel degree for MoE layers; only 1 (experts split like other layers) yet.
+    #: Expert-parallel degree: 1 (experts tensor-split), or tp × dp (vLLM's
+    #: ``--enable-expert-parallel``: whole experts spread over every GPU of a stage).
     ep: int = 1
     #: The weight format: a ``WeightFormat``, a format name ("fp8") or component → format.
     weights: WeightFormat | str | Mapping[str, str] = "bf16"
@@ -258,10 +282,7 @@ class Deployment:
         object.__setattr__(self, "gpu", resolve_gpu(self.gpu))
         for name in ("tp", "pp", "dp", "ep"):
             _degree(name, getattr(self, name))
-        for name in ("pp", "dp", "ep"):
-            if getattr(self, name) != 1:
-                raise ValueError(f"{name}={getattr(self, name)}: kvlib models one "
-                                 "tensor-parallel group only (pp = dp = ep = 1)")
+        _check_parallel(self)
         object.__setattr__(self, "weights", weight_format(self.weights))
         object.__setattr__(self, "kv", kv_format(self.kv))
         if self.engine not in ENGINES:
@@ -283,8 +304,13 @@ class Deployment:
 
     @property
     def n_gpus(self) -> int:
-        """GPUs one replica occupies: tp × pp."""
+        """GPUs one data-parallel rank's layers occupy: tp × pp."""
         return self.tp * self.pp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the whole deployment occupies: tp × pp × dp."""
+        return self.tp * self.pp * self.dp
 
     @property
     def kv_name(self) -> str:

@@ -138,6 +138,29 @@ def test_every_vllm_command_parses_back_to_its_deployment(vllm_parse):
                             enable_chunked_prefill=True, is_encoder_decoder=False)
 
 
+#: Deployments beyond one tensor-parallel group: (model, tp, pp, dp, ep).
+PARALLEL = (("deepseek-v3", 8, 2, 1, 1), ("deepseek-v3", 1, 1, 8, 8), ("kimi-k2-instruct", 8, 2, 1, 1),
+            ("qwen3-235b-a22b", 2, 1, 4, 8), ("qwen3-235b-a22b", 4, 1, 2, 1),
+            ("llama-3.1-70b", 4, 2, 2, 1))
+
+
+@pytest.mark.parametrize(("slug", "tp", "pp", "dp", "ep"), PARALLEL)
+def test_parallel_commands_parse_back_to_their_layout(vllm_parse, slug, tp, pp, dp, ep):
+    from vllm.config import ParallelConfig
+
+    weights = "bf16" if slug.startswith(("qwen3", "llama")) else "fp8"
+    d = Deployment(slug, "h200", tp=tp, pp=pp, dp=dp, ep=ep, weights=weights,
+                   max_model_len=8192)
+    args = vllm_parse(launch_command(d).argv)
+    got = (args.tensor_parallel_size, args.pipeline_parallel_size, args.data_parallel_size,
+           args.enable_expert_parallel)
+    assert got == (tp, pp, dp, ep > 1)
+    # vLLM's own ParallelConfig: world size = tp × pp per data-parallel rank, × dp in all
+    pc = ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                        data_parallel_size=dp, enable_expert_parallel=ep > 1)
+    assert (pc.world_size, pc.world_size_across_dp) == (d.n_gpus, d.gpus)
+
+
 def test_long_context_sets_vllms_variable(vllm_parse):
     import vllm.envs
 

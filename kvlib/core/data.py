@@ -397,6 +397,14 @@ SCHEMAS: dict[str, Schema] = {
                   "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE},
         optional={"gpu_slug": SLUG_CELL},
         unique=("id",), source=("source_url",)),
+    "alltoall.csv": Schema(
+        required={"id": SLUG_CELL, "library": TEXT, "gpu": TEXT, "gpu_slug": SLUG_CELL,
+                  "interconnect": TEXT, "n_gpus": _POSITIVE_COUNT,
+                  "hidden_size": _POSITIVE_COUNT, "tokens_per_gpu": _POSITIVE_COUNT,
+                  "experts_per_token": _POSITIVE_COUNT, "n_experts": _POSITIVE_COUNT,
+                  "dispatch_us": _POSITIVE, "combine_us": _POSITIVE, "source": TEXT,
+                  "source_url": URL, "accessed": DATE},
+        unique=("id",), source=("source_url",)),
     # written by kvlib.fit.calibrate.write_error_bands from throughput.csv (its sources per row)
     "speed_error_bands.csv": Schema(
         required={"tp": _COUNT, "scope": TEXT, "n": _POSITIVE_COUNT,

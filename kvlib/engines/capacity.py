@@ -18,6 +18,15 @@ does, on every GPU of a tensor-parallel group:
 Steps 1, 3 and 4 are exact arithmetic. Step 2's activation peak and non-torch memory are
 measured by the engine at start-up; kvlib models them with the ``Overheads`` terms below,
 calibrated on the public start-up logs in ``data/engine_logs.csv`` (see ``calibration``).
+
+Beyond one tensor-parallel group (``Deployment`` pp, dp, ep; vLLM 0.33's ``ParallelConfig``):
+each pipeline stage is sized alone — its own layers' weights and KV pages, the sampler peak on
+the last stage only — and every stage gets the fewest blocks any stage has
+(``get_kv_cache_configs``); a data-parallel rank is one engine with its own pool and requests
+(``Pool.tokens`` and ``max_concurrency`` are one rank's, ``deployment_concurrency`` all of
+them), its experts shared over the tp × dp GPUs of the stage (``parallel_weights``). The
+activation peak is the single group's (the gathered hidden states of data-parallel MoE are not
+counted).
 """
 from __future__ import annotations
 
@@ -34,7 +43,7 @@ from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU
 from ..model.hf_config import Architecture
 from ..model.model import Model
-from ..model.params import ParamCounts
+from ..model.params import ParamCounts, count_architecture, marlin_padding_bytes, weight_bytes
 from ..model.weights import loaded_weights, params_for
 from ..model.formats import KVFormat, kv_format
 from ..core.units import GIB
@@ -293,6 +302,13 @@ class Pool:
     weights_basis: str = field(default="", compare=False)
     tp_link: str | None = None
     engine_version: str = ""
+    #: Pipeline stages, data-parallel ranks and expert-parallel degree of the deployment; the
+    #: numbers above are those of ``stage`` (0-based), the stage with the fewest blocks, whose
+    #: count every stage uses (vLLM ``get_kv_cache_configs``, step 5).
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    stage: int = 0
 
     @property
     def activation_peak_bytes(self) -> int:
@@ -349,10 +365,16 @@ class Pool:
 
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once (vLLM's "Maximum
-        concurrency for N tokens per request")."""
+        concurrency for N tokens per request"): one data-parallel rank's."""
         if self.num_blocks <= 0:
             return 0.0
         return self.num_blocks / self.blocks_per_request(context_tokens)
+
+    def deployment_concurrency(self, context_tokens: int) -> float:
+        """Requests of ``context_tokens`` tokens the whole deployment holds at once: each of
+        its ``dp`` data-parallel ranks holds its own requests in its own pool, so dp ×
+        ``max_concurrency`` (``tokens`` is one rank's)."""
+        return self.dp * self.max_concurrency(context_tokens)
 
     def terms(self) -> pd.DataFrame:
         """Every term of the arithmetic, one row each, in bytes and GiB (per GPU)."""
@@ -360,8 +382,10 @@ class Pool:
             ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
             (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
              self.budget_bytes),
-            (f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
-             + (f"; {self.weights_basis}" if self.weights_basis else "") + ")",
+            ((f"− weights ({self.weight_dtype}; {self.weights_basis})"
+              if (self.pp, self.dp, self.ep) != (1, 1, 1) else
+              f"− weights ({self.weight_dtype}, 1/{self.n_gpus} of the model"
+              + (f"; {self.weights_basis}" if self.weights_basis else "") + ")"),
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
@@ -445,15 +469,42 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     left for the KV cache.
     """
     d = as_deployment(deployment, gpu, **keywords).resolved()
-    m, g = d.model, d.gpu
-    tp = m.check_tp(d.tp)
-    mnbt, seqs = d.max_num_batched_tokens, d.max_num_seqs
+    m = d.model
+    m.check_tp(d.tp)
     if d.max_model_len is not None:
         check_max_model_len(m, d.max_model_len, d.allow_long_max_model_len)
     if not isinstance(overheads, Overheads):
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
+    stages = stage_pools(d, overheads=overheads, weights_bytes_per_gpu=weights_bytes_per_gpu)
+    pool = min(stages, key=lambda p: (p.num_blocks, p.stage))
+    if pool.available_kv_bytes <= 0:  # vLLM v1/core/kv_cache_planning.py refuses ≤ 0 too
+        raise NoKVMemory(pool)
+    return pool
+
+
+def stage_pools(deployment: Deployment, *, overheads: Overheads = VLLM,
+                weights_bytes_per_gpu: int | None = None) -> list[Pool]:
+    """The pool of one GPU of each pipeline stage, each sized alone (its own weights, pages and
+    activation peak; ``num_blocks`` before vLLM lowers every stage to the fewest). One entry
+    when pp = 1. ``kv_pool`` returns the one with the fewest blocks."""
+    d = deployment.resolved()
+    tp = d.model.check_tp(d.tp)
+    return [_pool(d, tp, overheads, weights_bytes_per_gpu, s) for s in range(d.pp)]
+
+
+def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: int | None,
+          stage: int) -> Pool:
+    """The pool of one GPU of pipeline ``stage`` of a resolved deployment."""
+    m, g = d.model, d.gpu
+    mnbt, seqs = d.max_num_batched_tokens, d.max_num_seqs
     counts = params_for(m)
-    if weights_bytes_per_gpu is None:
+    parallel = (d.pp, d.dp, d.ep) != (1, 1, 1)
+    if parallel and d.speculative is not None:
+        raise ValueError(f"pp={d.pp}, dp={d.dp}, ep={d.ep}: speculative decoding is modelled for "
+                         "one tensor-parallel group only (pp = dp = ep = 1)")
+    if weights_bytes_per_gpu is None and parallel:
+        weights, weights_basis = parallel_weights(d, stage)
+    elif weights_bytes_per_gpu is None:
         loaded = loaded_weights(m, d.weights, tp, g.slug)
         weights, weights_basis = loaded.total_bytes, loaded.basis
     else:
@@ -464,11 +515,14 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
         raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
                          "config.json fields (build it with Model.from_hf_config)")
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
-    sampler = int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
-    non_torch = overheads.non_torch_for(g, tp)
+    sampler = (int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
+               if stage == d.pp - 1 else 0)  # the last stage samples (``profile_run``)
+    # the add-on of the link between the GPUs that exchange activations (tp, stages or ranks)
+    non_torch = overheads.non_torch_for(g, tp if tp > 1 else d.gpus if communicates(d, tp) else 1)
     total = g.usable_memory_bytes
     budget = int(total * d.gpu_memory_utilization)
-    groups = with_draft(cache_groups(m, tp=tp, kv_dtype=d.kv, block_size=d.block_size), d)
+    groups = stage_groups(d, with_draft(cache_groups(m, tp=tp, kv_dtype=d.kv,
+                                                     block_size=d.block_size), d), stage)
     if d.speculative is not None and weights_bytes_per_gpu is None:
         draft = draft_weight_bytes(d)
         if draft:
@@ -487,9 +541,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
                 block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
                 weights_basis=weights_basis, tp_link=tp_link(g, tp),
-                engine_version=d.engine_version)
-    if pool.available_kv_bytes <= 0:  # vLLM v1/core/kv_cache_planning.py refuses ≤ 0 too
-        raise NoKVMemory(pool)
+                engine_version=d.engine_version, pp=d.pp, dp=d.dp, ep=d.ep, stage=stage)
     return pool
 
 
@@ -504,3 +556,124 @@ def pool_arithmetic(deployment: Deployment | Model | str, gpu: GPU | str | None 
                        weights_bytes_per_gpu=weights_bytes_per_gpu, **keywords)
     except NoKVMemory as refused:
         return refused.pool
+
+
+# --- beyond one tensor-parallel group: pipeline stages, data-parallel ranks, expert parallelism
+
+def stage_layers(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    """(first, end) decoder layers of each of ``pp`` pipeline stages, as vLLM splits them
+    (``vllm/distributed/utils.py`` ``get_pp_indices``, no ``VLLM_PP_LAYER_PARTITION``): n // pp
+    each, the remainder one apiece to the stages before the last, from the second-to-last
+    back. 61 layers on 2 stages: [(0, 31), (31, 61)]."""
+    n, pp = positive_integer("layers", n_layers), positive_integer("pp", pp)
+    if pp > n:
+        raise ValueError(f"pp={pp}: more pipeline stages than the model's {n} layers")
+    sizes = [n // pp] * pp
+    for i in range(2, n % pp + 2):
+        sizes[-i] += 1
+    starts = [sum(sizes[:i]) for i in range(pp)]
+    return [(a, a + s) for a, s in zip(starts, sizes)]
+
+
+def communicates(d: Deployment, tp: int) -> bool:
+    """Whether a GPU of the deployment exchanges activations with others (and so holds NCCL
+    and all-reduce buffers): tp > 1, pipeline stages, or a MoE's experts shared by dp ranks."""
+    return tp > 1 or d.pp > 1 or (d.dp > 1 and d.model.architecture.moe is not None)
+
+
+def refuse_parallel(d: Deployment, engine: str) -> None:
+    """ValueError naming the layout when ``engine``'s pool is asked for pipeline stages,
+    data-parallel ranks or expert parallelism, which kvlib sizes for vLLM only."""
+    if (d.pp, d.dp, d.ep) != (1, 1, 1):
+        raise ValueError(f"pp={d.pp}, dp={d.dp}, ep={d.ep}: kvlib sizes {engine}'s pool for one "
+                         "tensor-parallel group only (pp = dp = ep = 1); vLLM's is modelled")
+
+
+def _split(counts: ParamCounts, keep: set[str]) -> ParamCounts:
+    return replace(counts, components={k: v for k, v in counts.components.items() if k in keep})
+
+
+def parallel_weights(d: Deployment, stage: int = 0) -> tuple[int, str]:
+    """Weight bytes one GPU of pipeline ``stage`` holds, and the basis in words, under vLLM's
+    layout of a resolved deployment with pp, dp or ep above 1 (vLLM 0.33):
+
+    * the stage's own decoder layers (``stage_layers``); the embedding on the first stage, the
+      LM head on the last (a tied one too: the last stage loads its own copy);
+    * attention, dense MLPs, shared experts and the embeddings split over the tp GPUs of one
+      data-parallel rank, as at dp = 1 (KV projections replicated past the KV heads);
+    * routed experts split over every GPU of the stage, tp × dp: tensor-split when ep = 1
+      (``FusedMoEParallelConfig.make`` flattens TP across DP), whole experts, E ÷ ep per GPU,
+      when ep = tp × dp (``--enable-expert-parallel``) — the same bytes either way;
+    * shared experts replicated on every GPU when ep, tp > 1 and dp > 1 (the default
+      all-to-all backend "allgather_reducescatter" makes the MoE sequence-parallel,
+      ``ParallelConfig.use_sequence_parallel_moe``, and ``DeepseekV2MLP`` then disables TP).
+
+    A published checkpoint served in its own format scales the count as ``loaded_weights``
+    does; MXFP4 Marlin padding is added for the stage's share of MoE layers."""
+    m, g, arch = d.model, d.gpu, d.model.architecture
+    if arch is None:
+        raise ValueError(f"model {m.name!r} carries no config: weights per pipeline stage or "
+                         "data-parallel rank need its config.json fields")
+    bounds = stage_layers(len(arch.layers), d.pp)[stage]
+    sub = replace(arch, layers=arch.layers[bounds[0]:bounds[1]])
+    counts = params_for(m)
+    part = count_architecture(sub) if d.pp > 1 else counts
+    comp = dict(part.components)
+    if stage > 0:
+        comp["embedding"] = comp["position_embedding"] = 0
+    if stage < d.pp - 1:  # the final norm and the LM head are the last stage's
+        comp["lm_head"] = 0
+        comp["norms"] -= ((arch.hidden_size or 0) * (2 if arch.norm_bias else 1)
+                          if arch.final_norm else 0)
+    elif d.pp > 1 and arch.tie_word_embeddings:
+        comp["lm_head"] = counts.components.get("embedding", 0)
+    part = replace(part, components=comp)
+    moe_gpus = d.tp * d.dp if counts.n_experts else d.tp
+    shared_tp = 1 if (d.ep > 1 and d.tp > 1 and d.dp > 1) else d.tp
+    fmt = d.weights
+    experts = _split(part, {"experts"})
+    shared = _split(part, {"shared_experts"})
+    rest = _split(part, set(comp) - {"experts", "shared_experts"})
+    computed = (weight_bytes(rest, fmt, d.tp) + weight_bytes(experts, fmt, moe_gpus)
+                + weight_bytes(shared, fmt, shared_tp))
+    whole = loaded_weights(m, fmt, 1, g.slug)
+    total = computed
+    if whole.checkpoint_bytes is not None:
+        total = whole.checkpoint_bytes * computed // whole.computed_bytes
+    if counts.n_moe_layers:
+        moe_share = part.n_moe_layers / counts.n_moe_layers
+        if d.ep > 1:  # whole experts: each one's padding at tp = 1, E ÷ ep of them
+            pad = marlin_padding_bytes(counts, arch, fmt, 1, g.slug) / d.ep
+        else:
+            pad = marlin_padding_bytes(counts, arch, fmt, moe_gpus, g.slug)
+        total += math.ceil(pad * moe_share)
+    how = (f"layers {bounds[0]}–{bounds[1] - 1} of stage {stage + 1}/{d.pp}, " if d.pp > 1
+           else "")
+    if counts.n_experts and moe_gpus > d.tp:
+        how += (f"experts over {moe_gpus} GPUs ({'whole, expert-parallel' if d.ep > 1 else 'tensor-split'}), "
+                f"the rest over tp = {d.tp}")
+    else:
+        how += f"split over tp = {d.tp}"
+    basis = ("published checkpoint size" if whole.checkpoint_bytes is not None
+             else f"parameter count at {fmt.label}")
+    return int(total), f"{basis}; {how}"
+
+
+def stage_groups(d: Deployment, groups: list[CacheGroup], stage: int) -> list[CacheGroup]:
+    """The cache groups of pipeline ``stage``: the same pages, the stage's own layers of each
+    kind (vLLM projects the whole model's groups onto each worker,
+    ``_project_kv_cache_groups_to_worker``). ValueError for what kvlib does not model under
+    pp > 1: several cache groups of unequal layer counts (hybrids, sliding windows) and a model
+    whose cache layers are not one per decoder layer (DeepSeek-V3.2's indexer)."""
+    m = d.model
+    if d.pp == 1:
+        return groups
+    if (len(groups) > 1 or m.architecture is None
+            or len(m.layers) != len(m.architecture.layers)):
+        raise ValueError(f"pp={d.pp}: kvlib models pipeline stages of a model with one kind of "
+                         f"KV cache per layer; {m.name} has "
+                         f"{', '.join(sorted({gr.kind for gr in groups}))} caches")
+    a, b = stage_layers(len(m.layers), d.pp)[stage]
+    held = sum(1 for layer in m.layers[a:b] if layer.cache_kind != "none")
+    return [replace(groups[0], layers=held)] if held else []
+

@@ -21,7 +21,10 @@ Flags, by engine (each checked against the engine's own source):
   model's own maximum when the deployment gives none, as vLLM derives it),
   ``--gpu-memory-utilization`` (the share of the GPU's whole memory the engine may take:
   weights, activations and KV pool), ``--kv-cache-dtype``, ``--max-num-seqs``,
-  ``--max-num-batched-tokens``, and ``--block-size`` when it is not vLLM's 16. No
+  ``--max-num-batched-tokens``, and ``--block-size`` when it is not vLLM's 16;
+  ``--pipeline-parallel-size`` and ``--data-parallel-size`` above 1, and
+  ``--enable-expert-parallel`` when ep > 1 (vLLM's EP degree is then tp × dp, as kvlib's
+  ``Deployment`` requires; ``vllm/config/parallel.py``, ``ParallelConfig``). No
   ``--quantization``: vLLM reads the method of every checkpoint recorded here from its config
   (``quantization_config``: compressed-tensors FP8, AWQ, block FP8, MXFP4) or from ModelOpt's
   ``hf_quant_config.json`` (``vllm/transformers_utils/config.py``, ``get_config``), so none
@@ -211,6 +214,12 @@ def _vllm(d: Deployment, repo: str) -> LaunchCommand:
                          "(vllm/config/scheduler.py, SchedulerConfig.verify_max_model_len)")
     kv = engine_kv_dtype(d)
     args = ["vllm", "serve", repo, "--tensor-parallel-size", str(d.tp)]
+    if d.pp > 1:
+        args += ["--pipeline-parallel-size", str(d.pp)]
+    if d.dp > 1:
+        args += ["--data-parallel-size", str(d.dp)]
+    if d.ep > 1:
+        args += ["--enable-expert-parallel"]
     if length is not None:
         args += ["--max-model-len", str(length)]
     args += ["--gpu-memory-utilization", repr(d.gpu_memory_utilization),

@@ -56,7 +56,7 @@ from ..hardware.gpus import GPU, resolve_gpu
 from ..model.formats import KVFormat
 from ..model.model import Model
 from ..model.weights import loaded_weights
-from .capacity import check_max_model_len, derived_max_model_len
+from .capacity import refuse_parallel, check_max_model_len, derived_max_model_len
 
 #: The SGLang release these rules were read in (the PyPI wheel).
 SGLANG_VERSION = ENGINE_VERSIONS["sglang"]
@@ -299,6 +299,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     ``--context-length`` (None: the model's own). weights_bytes_per_gpu / free_before_weights_bytes
     override the computed weights and F (e.g. with a log's "mem usage" and "avail mem")."""
     d = as_deployment(deployment, gpu, **keywords)
+    refuse_parallel(d, "SGLang")
     m, g = d.model, d.gpu
     tp = m.check_tp(d.tp)
     if d.max_model_len is not None:

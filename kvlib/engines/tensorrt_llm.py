@@ -48,7 +48,7 @@ from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU
 from ..model.model import Model
 from ..model.weights import loaded_weights, params_for
-from .capacity import VLLM, Overheads, activation_width, check_max_model_len
+from .capacity import refuse_parallel, VLLM, Overheads, activation_width, check_max_model_len
 from .sglang import token_cell
 
 #: ``KvCacheConfig.free_gpu_memory_fraction`` and ``trtllm-serve``'s
@@ -169,6 +169,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     ``KvCacheConfig.max_tokens`` cap; overheads: the activation and non-torch terms (see the
     module docstring for what kvlib assumes)."""
     d = as_deployment(deployment, gpu, **keywords)
+    refuse_parallel(d, "TensorRT-LLM")
     m, g = d.model, d.gpu
     tp = m.check_tp(d.tp)
     if d.max_model_len is not None:

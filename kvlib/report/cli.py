@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
   kvlib fit llama-3.1-8b h100-sxm --engine sglang --context 8192
   kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
+  kvlib fit deepseek-v3 h200 --tp 1 --dp 8 --ep 8 --weight-dtype fp8 --context 8192
   kvlib cost --price 2.90 --tps 1000
   kvlib cost llama-3.1-8b h100-sxm --price 2.90 --context 8192
   kvlib cost llama-3.1-8b h100-sxm --price 2.90 --engine sglang
@@ -122,7 +123,8 @@ def _deployment(args: argparse.Namespace):
     model = _load(args.model)
     if not _is_file(Path(args.model)) and Path(args.model).suffix != ".json":
         model = args.model  # a registry slug: the deployment knows its checkpoints
-    return Deployment(model, args.gpu, tp=args.tp, weights=args.weight_dtype,
+    parallel = {k: getattr(args, k, None) or 1 for k in ("pp", "dp", "ep")}
+    return Deployment(model, args.gpu, tp=args.tp, **parallel, weights=args.weight_dtype,
                       kv=args.kv_dtype, engine=args.engine, gpu_memory_utilization=args.util,
                       max_model_len=positive_integer("context_tokens", args.context),
                       max_num_seqs=args.max_num_seqs,
@@ -135,7 +137,8 @@ def _deployment(args: argparse.Namespace):
 _MODEL_FLAGS = {"--util": "util", "--context": "context", "--output-tokens": "output_tokens",
                 "--tp": "tp", "--weight-dtype": "weight_dtype", "--kv-dtype": "kv_dtype",
                 "--max-num-seqs": "max_num_seqs",
-                "--max-num-batched-tokens": "max_num_batched_tokens"}
+                "--max-num-batched-tokens": "max_num_batched_tokens",
+                "--pp": "pp", "--dp": "dp", "--ep": "ep"}
 _DEFAULTS = {"context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
 
 
@@ -196,7 +199,7 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
             "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
     rows = [
-        ("model / gpu", f"{m.name} on {args.tp} × {args.gpu} ({ENGINE_NAMES[d.engine]}, "
+        ("model / gpu", f"{m.name} on {d.gpus} × {args.gpu} ({ENGINE_NAMES[d.engine]}, "
                         f"memory fraction {fraction:g})"),
         ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
                             f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
@@ -210,6 +213,8 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
                else f"weights and start-up overheads leave {shown} GiB per GPU for the KV cache")
         rows.append(("does not fit", f"{why}; try a larger --tp or smaller --weight-dtype"))
         data["does_not_fit"] = why
+    elif _parallel(d):
+        rows += _parallel_rows(d, pool, args, data)
     else:
         point = _serving(d, args)
         data["speed"] = _speed_data(point)
@@ -265,6 +270,85 @@ def _speed_rows(point: Any) -> list[tuple[str, str]]:
     ]
 
 
+def _parallel(d: Any) -> bool:
+    return (d.pp, d.dp, d.ep) != (1, 1, 1)
+
+
+def _parallel_pass(d: Any, pool: Any, args: argparse.Namespace):
+    """The decode pass of a deployment beyond one tensor-parallel group
+    (``kvlib.speed.parallel.parallel_decode``): each data-parallel rank decodes as many requests
+    of the command's context as its pool holds, at most ``max_num_seqs``, at the middle of
+    their output."""
+    from ..speed.parallel import parallel_decode
+
+    output = args.output_tokens or min(1024, args.context // 2)
+    if not 0 < output < args.context:
+        raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
+    held = math.floor(pool.max_concurrency(args.context))
+    if held < 1:
+        raise ValueError(f"{d.model.name} does not fit on {d.gpus} × {d.gpu.slug} with "
+                         f"tp={d.tp}, pp={d.pp}, dp={d.dp}, ep={d.ep}")
+    batch = min(held, d.resolved().max_num_seqs)
+    return parallel_decode(d, batch=batch, context_tokens=args.context - output + output // 2)
+
+
+def _parallel_rows(d: Any, pool: Any, args: argparse.Namespace,
+                   data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``fit``'s rows for pipeline stages, data-parallel ranks or expert parallelism; fills
+    ``data`` with the same numbers."""
+    from ..core.units import GIB
+
+    step = _parallel_pass(d, pool, args)
+    everyone = pool.deployment_concurrency(args.context)
+    data.update(pp=d.pp, dp=d.dp, ep=d.ep, gpus=d.gpus, n_gpus=d.gpus,
+                weights_bytes_per_gpu=pool.weights_bytes_per_gpu,
+                max_concurrency_per_rank=data["max_concurrency"], max_concurrency=everyone,
+                parallel_speed={"batch_per_rank": step.batch, "tpot_s": step.tpot_s,
+                                "tokens_per_s": step.tokens_per_s,
+                                "expert_exchange_s": step.exchange_s,
+                                "stage_sends_s": step.send_s,
+                                "bubble_share": step.bubble_share})
+    return [
+        ("layout", f"{d.gpus} GPUs: tp {d.tp} × pp {d.pp} × dp {d.dp}"
+                   + (f", experts over {d.ep} GPUs" if d.ep > 1 else "")
+                   + (f" (figures of pipeline stage {pool.stage + 1}, the one with the fewest "
+                      "blocks)" if d.pp > 1 else "")),
+        ("weights per GPU", f"{_fixed(pool.weights_bytes_per_gpu, GIB, 2)} GiB"),
+        ("requests in all", f"{everyone:,.2f} ({d.dp} data-parallel rank"
+                            f"{'s' if d.dp > 1 else ''}, each with its own pool and requests)"),
+        ("decode pass", f"{step.batch} requests per rank: {step.tpot_s * 1e3:,.1f} ms per token "
+                        f"(expert exchange {step.exchange_s * 1e3:,.2f} ms, stage sends "
+                        f"{step.send_s * 1e3:,.3f} ms, bubble {step.bubble_share:.0%}), "
+                        f"{step.tokens_per_s:,.0f} tok/s in all (decode only)"),
+        ("model error", "no error band for these settings: the parallel terms are checked on "
+                        "few measured points (chapter 4)"),
+    ]
+
+
+def _parallel_cost(d: Any, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """``cost`` for pipeline stages, data-parallel ranks or expert parallelism: every GPU of
+    the deployment at ``--price`` over the tokens its decode pass emits."""
+    from ..engines.pools import kv_pool
+    from ..serve.cost import cost_per_million_tokens
+
+    step = _parallel_pass(d, kv_pool(d), args)
+    dollars = cost_per_million_tokens(args.price * d.gpus, step.tokens_per_s)
+    data = {"model": d.model.name, "gpu": args.gpu, "n_gpus": d.gpus, "tp": d.tp, "pp": d.pp,
+            "dp": d.dp, "ep": d.ep, "dollars_per_gpu_hour": args.price,
+            "dollars_per_hour": args.price * d.gpus, "batch_per_rank": step.batch,
+            "tpot_s": step.tpot_s, "tokens_per_s": step.tokens_per_s,
+            "dollars_per_million_tokens": dollars}
+    rows = [("model / gpu", f"{d.model.name} on {d.gpus} × {args.gpu} (tp {d.tp} × pp {d.pp} × "
+                            f"dp {d.dp}) at ${args.price:,.2f} per GPU-hour"),
+            ("decode pass", f"{step.batch} requests per rank, {step.tpot_s * 1e3:,.1f} ms per "
+                            f"token, {step.tokens_per_s:,.0f} tok/s in all"),
+            ("cost", f"${dollars:,.3f} per 1M output tokens (decode only, no error band for "
+                     "these settings)")]
+    data["launch_command"], data["launch_notes"] = _launch(d)
+    rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
+    return data, _table(rows)
+
+
 def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..serve.cost import cost_per_million_tokens
 
@@ -295,6 +379,8 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..deployment import ENGINE_NAMES
 
     d = _deployment(args)
+    if _parallel(d):
+        return _parallel_cost(d, args)
     m = d.model
     point = _serving(d, args)
     dollars = point.dollars_per_million(args.price)
@@ -376,6 +462,9 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     from ..serve import load
 
     d = _deployment(_with_defaults(args))
+    if _parallel(d):
+        raise ValueError("serving under load is modelled for one tensor-parallel group "
+                         "(no --pp, --dp or --ep)")
     slo = load.SLO(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile)
     output = args.output_tokens or min(1024, args.context // 2)
     if not 0 < output < args.context:
@@ -468,6 +557,13 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
                         "0.9, the book's), SGLang's --mem-fraction-static (default: SGLang's "
                         "rule), TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=int, default=None,
+                   help="pipeline stages, vLLM's --pipeline-parallel-size (default 1)")
+    p.add_argument("--dp", type=int, default=None,
+                   help="data-parallel ranks, vLLM's --data-parallel-size (default 1)")
+    p.add_argument("--ep", type=int, default=None,
+                   help="expert-parallel GPUs of a MoE: 1 or tp × dp, vLLM's "
+                        "--enable-expert-parallel (default 1)")
     p.add_argument("--weight-dtype", default=None,
                    help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
                         "as experts=mxfp4 (default bf16)")

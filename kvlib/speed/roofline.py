@@ -365,11 +365,21 @@ def _efficiency(d: Deployment) -> Efficiency:
     return eff
 
 
+def one_group(d: Deployment) -> Deployment:
+    """``d`` if it is one tensor-parallel group; ValueError naming ``kvlib.speed.parallel``
+    (which times pipeline stages, data-parallel ranks and expert parallelism) otherwise."""
+    if (d.pp, d.dp, d.ep) != (1, 1, 1):
+        raise ValueError(f"pp={d.pp}, dp={d.dp}, ep={d.ep}: this step law times one "
+                         "tensor-parallel group; kvlib.speed.parallel.parallel_decode times "
+                         "the others")
+    return d
+
+
 def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_tokens: int,
           kv_bytes: float, attention_flops: float) -> Step:
     """A step of ``decodes`` one-token sequences and ``prefill_tokens`` prompt tokens whose KV
     reads and writes (bytes) and attention FLOPs are given: the law's legs and fixed costs."""
-    m, g, tp, eff = d.model, d.gpu, d.tp, _efficiency(d)
+    m, g, tp, eff = one_group(d).model, d.gpu, d.tp, _efficiency(d)
     counts = _counts(m)
     tokens = decodes + prefill_tokens
     weights = step_weight_bytes(counts, d.weights, tp, tokens)
@@ -523,7 +533,7 @@ class StepTimer:
     holding ``computed`` tokens at the first — the same numbers, in one vectorised call."""
 
     def __init__(self, deployment: Deployment) -> None:
-        d = self.deployment = deployment
+        d = self.deployment = one_group(deployment)
         self.kv, self.attention, self.state = _context_costs(d)
         self.eff = _efficiency(d)
         self.beta = d.gpu.bandwidth()
