@@ -93,18 +93,19 @@ def serving_errors() -> pd.DataFrame:
         requests = random_lengths(n, round(row["input_tokens"]), round(row["output_tokens"]),
                                   RANGE_RATIO[row["dataset"]], seed=0)
         try:
-            saturated = saturated_rps(bench_serve(d, requests))
+            if row["load_kind"] == "concurrency":  # its load band is the concurrency itself
+                saturated = math.nan
+                run = bench_serve(d, requests, concurrency=int(row["max_concurrency"]))
+            else:
+                saturated = saturated_rps(bench_serve(d, requests))
+                run = bench_serve(d, requests, request_rate=float(row["request_rate"]),
+                                  burstiness=1.0 if pd.isna(row["burstiness"])
+                                  else float(row["burstiness"]))
         except ValueError as exc:  # the deployment does not fit kvlib's memory model
             rows.append({"id": key, "engine": row["engine"], "model": row["model_slug"],
                          "gpu": row["gpu_slug"], "tp": int(row["tp"]), "dataset": row["dataset"],
                          "band": "", "source_url": row["source_url"], "not_replayed": str(exc)})
             continue
-        if row["load_kind"] == "concurrency":
-            run = bench_serve(d, requests, concurrency=int(row["max_concurrency"]))
-        else:
-            run = bench_serve(d, requests, request_rate=float(row["request_rate"]),
-                              burstiness=1.0 if pd.isna(row["burstiness"])
-                              else float(row["burstiness"]))
         predicted = run_row(run)
         out = {"id": key, "engine": row["engine"], "model": row["model_slug"],
                "gpu": row["gpu_slug"], "tp": int(row["tp"]), "dataset": row["dataset"],

@@ -217,8 +217,9 @@ def layout_comparison(d: Deployment, layouts: dict[str, tuple[int, int, int, int
     and KV pool per GPU (bytes; of the pipeline stage with the fewest blocks), KV tokens per
     data-parallel rank, requests of ``context_tokens`` the whole deployment holds, and — where
     at least one fits — the decode pass of as many requests per rank as the pool holds (at most
-    ``max_num_seqs``), at the middle of ``output_tokens``: seconds per token and tokens/s in all."""
-    from ..engines.pools import kv_pool
+    ``max_num_seqs``), at the middle of ``output_tokens``: seconds per token and tokens/s in all.
+    vLLM's pool only (pp, dp and ep are modelled for vLLM)."""
+    from ..engines.capacity import pool_arithmetic
 
     context = positive_integer("context_tokens", context_tokens)
     output = positive_integer("output_tokens", output_tokens)
@@ -227,7 +228,7 @@ def layout_comparison(d: Deployment, layouts: dict[str, tuple[int, int, int, int
     rows = []
     for label, (tp, pp, dp, ep) in layouts.items():
         x = d.with_(tp=tp, pp=pp, dp=dp, ep=ep, max_model_len=context)
-        pool = kv_pool(x)
+        pool = pool_arithmetic(x)  # a layout that leaves no KV memory holds 0 requests
         held = pool.max_concurrency(context)
         row = {"layout": label, "gpus": x.gpus, "weights_bytes_per_gpu": pool.weights_bytes_per_gpu,
                "kv_bytes_per_gpu": pool.kv_bytes_per_gpu, "tokens_per_rank": pool.tokens,
