@@ -9,15 +9,19 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP) node_modules/.package-lock.json
 
-# torch with pip, which reads pip.conf's find-links where the CPU wheel lies (torch from PyPI is
-# the multi-GB CUDA build); the rest with uv, which needs nothing from pip.conf: the same pins,
-# installed about ten times faster than pip. --compile-bytecode: compiled once here, not again
-# by every kernel and subprocess the tests start (where PYTHONDONTWRITEBYTECODE is set, nothing
-# ever caches it: a fresh `make test` ran 80 s longer).
+# Everything with uv: the same pins, installed about ten times faster than pip. torch from the
+# folder pip's configuration names as find-links (PIP_FIND_LINKS or pip.conf), where the CPU
+# wheel lies (torch from PyPI is the multi-GB CUDA build): uv reads no pip.conf, so it is told.
+# --compile-bytecode: compiled once here, not again by every kernel and subprocess the tests
+# start (where PYTHONDONTWRITEBYTECODE is set, nothing ever caches it: a fresh `make test` ran
+# 80 s longer).
 $(STAMP): pyproject.toml requirements-vllm.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0 uv==0.13.9
+	$(PIP) install -q uv==0.13.9
+	links="$${PIP_FIND_LINKS:-$$($(PIP) config get global.find-links 2>/dev/null)}"; \
+	  $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) \
+	    $$(for d in $$links; do printf -- '--find-links %s ' "$$d"; done) torch==2.13.0
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e ".[book,test,crosscheck]"
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) --no-deps -r requirements-vllm.txt
 	touch $(STAMP)

@@ -157,13 +157,17 @@ def test_step3_rerun_one_chapter(clone, monkeypatch):
     executed = clone / "book" / "chapters" / "04_cost.ipynb"
     (mine,) = commands(blocks()["fork-rerun"])
     assert json.loads(sh(clone, mine).stdout)["parameters"] == {
-        "model": "my-model", "gpu": "h200", "context_tokens": 32768}
+        "model": "my-model", "gpu": "h200", "context_tokens": 32768, "dollars_per_hour": 2.5}
     glue = {name: glued(executed, name) for name in (
         "c4_my_model", "c4_gpu", "c4_price", "c4_my_context", "c4_my_tokens", "c4_my_conc",
         "c4_a_tokens")}
     assert glue["c4_my_model"] == "'My-Model'"
     assert glue["c4_gpu"] == repr(kvlib.load_gpu("h200").name)  # the GPU by name, not its slug
-    assert float(glue["c4_price"]) == 2.9 and int(glue["c4_my_context"]) == 32768
+    assert float(glue["c4_price"]) == 2.5 and int(glue["c4_my_context"]) == 32768
+    tps = float(glued(executed, "c4_best_tps"))
+    assert math.isclose(float(glued(executed, "c4_best_cost")),
+                        kvlib.cost_per_million_tokens(2.5, tps), rel_tol=1e-12)
+    assert '\\"value\\":2.5' in executed.read_text(), "the price slider opens at $2.50"
     # the pool follows the GPU: an H200 holds more of the reader's model than an H100
     monkeypatch.setenv("KVLIB_DATA", str(clone / "my-data"))
     h200, h100 = kvlib.kv_pool("my-model", "h200"), kvlib.kv_pool("my-model", "h100-sxm")
@@ -178,15 +182,13 @@ def test_step3_with_papermill_itself(clone):
     convert, execute = commands(blocks()["fork-papermill"])
     sh(clone, convert)
     sh(clone, execute)
-    executed = clone / "book" / "chapters" / "04_cost.ipynb"
-    assert glued(executed, "c4_price") == "2.5"
-    tps = float(glued(executed, "c4_best_tps"))
-    assert math.isclose(float(glued(executed, "c4_best_cost")),
-                        kvlib.cost_per_million_tokens(2.5, tps), rel_tol=1e-12)
-    assert '\\"value\\":2.5' in executed.read_text(), "the price slider opens at $2.50"
+    executed = clone / "book" / "chapters" / "01_per_token_kv.ipynb"
     injected = [c for c in nbformat.read(executed, as_version=4).cells
                 if "injected-parameters" in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and "dollars_per_hour = 2.5" in injected[0].source
+    assert len(injected) == 1 and 'dtype = "fp8"' in injected[0].source
+    # the chapter's figures follow the parameter: Llama-4-Scout's cache at 131,072 tokens in fp8
+    scout = kvlib.load_model("llama-4-scout-17b-16e-instruct").kv_bytes(131_072, "fp8")
+    assert math.isclose(float(glued(executed, "scout_long_gib")), scout / 2**30, rel_tol=1e-12)
 
 
 def test_your_model_in_the_landing_pages_chart(clone):
@@ -203,17 +205,17 @@ def test_your_model_in_the_landing_pages_chart(clone):
 
 
 def test_step4_rebuild(clone, executed_book):
-    """The rebuild command, verbatim, on the clone: chapter 4 rerun at $2.50 (step 3), every
-    other chapter as the session executed it."""
-    executed = clone / "book" / "chapters" / "04_cost.ipynb"
-    if not executed.is_file() or glued(executed, "c4_price") != "2.5":
+    """The rebuild command, verbatim, on the clone: chapter 1 rerun in fp8 with papermill
+    (step 3), every other chapter as the session executed it."""
+    executed = clone / "book" / "chapters" / "01_per_token_kv.ipynb"
+    if not executed.is_file() or 'dtype = "fp8"' not in executed.read_text():
         test_step3_with_papermill_itself(clone)
     for nb in executed_book.glob("*.ipynb"):
-        if nb.name != "04_cost.ipynb":
+        if nb.name != "01_per_token_kv.ipynb":
             shutil.copy(nb, clone / "book" / "chapters" / nb.name)
     (rebuild,) = commands(blocks()["fork-rebuild"])
     sh(clone, rebuild)
-    page = (clone / "book" / "_build" / "html" / "chapters" / "04_cost.html").read_text()
-    assert "dollars_per_hour</span> <span class=\"o\">=</span> <span class=\"mf\">2.5" in page
+    page = (clone / "book" / "_build" / "html" / "chapters" / "01_per_token_kv.html").read_text()
+    assert re.search(r'dtype</span> <span class="o">=</span> <span class="s2">"fp8"</span>', page)
     assert (clone / "book" / "_build" / "html" / "index.html").is_file()
 
