@@ -580,16 +580,7 @@ class _Engine:
         free = self.pool - self.held
         m = m_finish = min(r[REM] for r in rows)
         if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
-            hist = [0] * bs
-            for r in rows:
-                hist[r[COMP] % bs] += 1
-            demand, fits = 0, 0
-            for j in range(m):
-                demand += hist[-j % bs]
-                if demand > free:
-                    break
-                fits = j + 1
-            m = fits
+            m = _steps_that_fit([r[COMP] for r in rows], m, bs, free)
             if m == 0:
                 return self._step_py()
         comp = np.array([r[COMP] for r in rows], dtype=np.int64)
@@ -825,16 +816,7 @@ class _PrefixEngine(_Engine):
         free = pool.free_blocks
         m = m_finish = min(self.o[i] - self.produced[i] for i in running)
         if k * ((m - 1) // bs + 1) > free:     # the blocks may run out: count them
-            hist = [0] * bs
-            for c in comp:
-                hist[c % bs] += 1
-            demand = fits = 0
-            for j in range(m):
-                demand += hist[-j % bs]
-                if demand > free:
-                    break
-                fits = j + 1
-            m = fits
+            m = _steps_that_fit(comp, m, bs, free)
             if m == 0:
                 return self._step()
         m, dt, ends = self._run_times(np.asarray(comp, dtype=np.int64), m)
@@ -956,3 +938,19 @@ class _PrefixEngine(_Engine):
         return ServingRun(self.prompt, output, arrival, self.first - arrival, tpot,
                           self.finish - arrival, itl_v, itl_w, self.preemptions, self.steps,
                           float(self.finish.max() - arrival[0]), self.cached)
+
+
+def _steps_that_fit(computed: list[int], steps: int, block_size: int, free: int) -> int:
+    """How many of ``steps`` decode steps of requests with ``computed`` tokens fit in ``free``
+    blocks: step j (0-based) takes a new block for each request whose computed count is then a
+    multiple of ``block_size``."""
+    hist = [0] * block_size
+    for c in computed:
+        hist[c % block_size] += 1
+    demand = fits = 0
+    for j in range(steps):
+        demand += hist[-j % block_size]
+        if demand > free:
+            break
+        fits = j + 1
+    return fits
