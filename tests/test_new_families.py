@@ -433,6 +433,11 @@ def test_gemma3n_shared_layers_cache_nothing():
     # no layer_types: transformers' default pattern (every 5th full), the same cache
     plain = {k: v for k, v in config.items() if k not in ("layer_types", "num_kv_shared_layers")}
     assert Model.from_hf_config(plain).layers == m.layers  # absent count: transformers' 15
+    # in a multimodal wrapper, with keys transformers reads but that shape nothing (the sliding
+    # layers' RoPE base, AltUp's training multiplier): the same cache
+    older = {**config, "rope_local_base_freq": 10_000.0, "altup_lr_multiplier": 1.0}
+    wrapped = {"model_type": "gemma3n", "text_config": older, "audio_soft_tokens_per_image": 188}
+    assert Model.from_hf_config(wrapped).kv_bytes_per_token("bf16") == 40_960
     # AltUp, LAuReL and per-layer embeddings add weights kvlib does not count: refused by name
     with pytest.raises(ValueError, match="'altup_num_inputs' .* the parameter count is not"):
         count_architecture(m.architecture)

@@ -187,10 +187,13 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
     # Gemma-3n (transformers 5.24 gemma3n): AltUp routing numerics and the MLP's run-time top-k;
     # the keys that add weights are read (_GEMMA3N_WEIGHT_KEYS)
     "gemma3n_text": {
-        **dict.fromkeys(("altup_active_idx", "altup_coef_clip", "altup_correct_scale",
-                         "altup_lr_multiplier"), "AltUp routing numerics: no shape"),
+        **dict.fromkeys(("altup_active_idx", "altup_coef_clip", "altup_correct_scale"),
+                        "AltUp routing numerics: no shape"),
+        "altup_lr_multiplier": "a training learning-rate multiplier for AltUp: no shape",
         "activation_sparsity_pattern": "a top-k over each MLP's activations at run time: no "
                                        "shape",
+        # convert_rope_params_to_dict pops it into rope_parameters["sliding_attention"]
+        "rope_local_base_freq": "RoPE base of the sliding-window layers: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
