@@ -1172,13 +1172,14 @@ def _gemma3n_layers(c: _Fields, layers: tuple[LayerSpec, ...],
         own = [i for i in range(first) if layers[i].mixer == kind]
         if not own:
             raise ValueError(f"{c.model}: layers {first}-{n - 1} share KV, some of them {kind} "
-                             f"attention, but none of layers 0-{first - 1} is {kind}: no layer "
-                             "caches K/V for them")
+                             f"attention, but none of the {first} layers before them is {kind}: no "
+                             "layer caches K/V for them")
         target = first - (2 if kind == "sliding" else 1)  # vLLM 0.33's source layer
         if target < 0 or layers[target].mixer != kind:
-            raise _cache_refusal(c, "num_kv_shared_layers", f"the shared {kind} layers would read "
-                                 f"layer {max(target, 0)}'s cache in vLLM 0.33, a layer of another "
-                                 f"kind, and layer {own[-1]}'s in transformers")
+            vllm = ("keep caches of their own in vLLM 0.33 (no layer to read)" if target < 0 else
+                    f"read layer {target}'s cache in vLLM 0.33 (a {layers[target].mixer} layer)")
+            raise _cache_refusal(c, "num_kv_shared_layers", f"the shared {kind} layers would "
+                                 f"{vllm} and layer {own[-1]}'s in transformers")
     return tuple(LayerSpec(spec.mixer, spec.ffn, intermediate_size=spec.intermediate_size,
                            kv_shared=True) if i >= first else spec
                  for i, spec in enumerate(layers))
