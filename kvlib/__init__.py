@@ -14,7 +14,7 @@ from .model.formats import FORMATS as KV_FORMATS
 from .model.formats import KVFormat, WeightFormat, kv_format, weight_format
 from .model.layers import (AttentionLayer, GatedDeltaNetLayer, IndexerKeyLayer,
                            LightningAttentionLayer, Mamba1Layer, Mamba2Layer, MLALayer,
-                           StatelessLayer, heads_per_gpu,
+                           SharedKVLayer, StatelessLayer, heads_per_gpu,
                            mamba_groups_per_gpu, split_evenly)
 from .model.model import Model, model_from_layers
 from .model.params import ParamCounts, count_params, weight_bytes
@@ -47,7 +47,7 @@ __all__ = [
     "KV_FORMATS", "KVFormat", "WeightFormat", "kv_format", "weight_format",
     "AttentionLayer", "GatedDeltaNetLayer", "IndexerKeyLayer", "LightningAttentionLayer",
     "Mamba1Layer", "Mamba2Layer",
-    "MLALayer", "StatelessLayer", "heads_per_gpu", "mamba_groups_per_gpu", "split_evenly",
+    "MLALayer", "SharedKVLayer", "StatelessLayer", "heads_per_gpu", "mamba_groups_per_gpu", "split_evenly",
     "Model", "model_from_layers", "ParamCounts", "count_params", "weight_bytes",
     "data_dir", "load_model", "model_record", "model_slugs", "registry_table", "resolve_model",
     "loaded_weights", "params_for",

@@ -1,5 +1,5 @@
 """The config corpus (data/config_corpus/): 67 published config.json files of 2025-2026 models
-that the reader was not written for. Each must be sized, or refused by name for a field that
+that the reader was not written for, and Gemma-3n-E4B as transformers' own defaults describe it. Each must be sized, or refused by name for a field that
 really changes the cache (or, for the one listed below, the weights); a refusal may never rest on
 a name-pattern guess alone. Each verdict rests on the model type's modeling code in transformers
 5.24.0 or vLLM 0.33.0."""
@@ -39,9 +39,11 @@ def test_the_corpus_is_there_and_apart_from_the_registry():
     assert not registry & set(RECORDS)
     for slug, record in RECORDS.items():
         assert record["slug"] == slug
-        # a Hugging Face page, or the model maker's own GitHub repository (MiniMax-M1)
+        # a Hugging Face page, the model maker's own GitHub repository (MiniMax-M1), or
+        # transformers' configuration class (Gemma-3n-E4B's defaults)
         assert record["source"]["url"].startswith(("https://huggingface.co/",
-                                                   "https://github.com/MiniMax-AI/"))
+                                                   "https://github.com/MiniMax-AI/",
+                                                   "https://github.com/huggingface/transformers/"))
         assert record["source"]["note"] and record["source"]["accessed"]
 
 
@@ -103,6 +105,9 @@ def test_each_config_is_sized_or_refused_for_a_named_field(slug):
     # Nemotron-Super-49B (block_configs): 49 blocks with attention of 64 / 8 = 8 KV heads × 128,
     # 31 blocks without (attention.no_op): 49 × 2 × 8 × 128 × 2 = 200,704
     ("llama-3.3-nemotron-super-49b-v1", 49 * 2 * 8 * 128 * 2),
+    # Gemma-3n-E4B (num_kv_shared_layers 15): only layers 0-19 cache, 16 sliding + 4 full, each
+    # 2 × 2 KV heads × 256 × 2 B; the last 15 read layer 18's or 19's K/V: 20 × 2,048 = 40,960
+    ("gemma-3n-e4b", 20 * 2 * 2 * 256 * 2),
 ])
 def test_exact_bytes_per_token(slug, expected):
     assert Model.from_hf_config(RECORDS[slug]["config"], slug).kv_bytes_per_token("bf16") == expected

@@ -398,6 +398,69 @@ def test_gemma4_against_transformers_meta():
                 == count_architecture(Model.from_hf_config(cut).architecture).total)
 
 
+
+def test_gemma3n_shared_layers_cache_nothing():
+    """Gemma-3n-E4B (transformers 5.24's Gemma3nTextConfig defaults): 35 layers, 4 sliding
+    (window 512) then 1 full, repeating; the last 15 (num_kv_shared_layers) read the K/V of
+    layer 18 (sliding) or 19 (full) and cache nothing, as vLLM 0.33 allocates them none."""
+    from kvlib.model.params import count_architecture
+    from kvlib.speed.roofline import attention_flops_per_token
+    config = _corpus("gemma-3n-e4b")
+    m = Model.from_hf_config(config, "Gemma-3n-E4B")
+    assert m.layer_counts() == {"sliding": 16, "full": 4, "shared": 15}
+    assert [lay.kind for lay in m.layers[18:21]] == ["sliding", "full", "shared"]
+    # each caching layer: 2 (K, V) × 2 KV heads × 256 × 2 B = 2,048 B per token; 20 of them
+    # (layers 0-19) → 40,960 B, not the 35 × 2,048 = 71,680 B of a stack without sharing
+    assert m.kv_bytes_per_token("bf16") == 20 * 2 * 2 * 256 * 2 == 40_960
+    unshared = Model.from_hf_config({**config, "num_kv_shared_layers": 0})
+    assert unshared.kv_bytes_per_token("bf16") == 35 * 2_048 == 71_680
+    # 1,000 tokens: 16 sliding layers keep 511 tokens, 4 full layers all 1,000:
+    # 16 × 511 × 2,048 + 4 × 1,000 × 2,048 = 16,744,448 + 8,192,000 = 24,936,448 B
+    assert m.kv_bytes(1000, "bf16") == 24_936_448
+    # vLLM's pool: groups of the 16 sliding and 4 full layers only, pages of 16 tokens × 2,048 B
+    groups = cache_groups(m)
+    assert sorted((g.kind, g.layers, g.page_bytes) for g in groups) == [
+        ("full", 4, 32_768), ("sliding", 16, 32_768)]
+    # the compute stays: 35 layers attend, 2 · 8 query heads · (256 + 256) per token held
+    # (≤ 511 in the 28 sliding ones, all 1,000 in the 7 full ones)
+    assert attention_flops_per_token(m, 1000) == 2 * 8 * 512 * (28 * 511 + 7 * 1000)
+    # and the step model's linear terms (a deployment needs the weights, refused below) agree
+    from types import SimpleNamespace
+    from kvlib.model.formats import kv_format
+    from kvlib.speed.roofline import _context_costs
+    kv, flops, _ = _context_costs.__wrapped__(SimpleNamespace(model=m, tp=1, kv=kv_format("bf16")))
+    assert (kv.at(1000), flops.at(1000)) == (24_936_448, attention_flops_per_token(m, 1000))
+    # no layer_types: transformers' default pattern (every 5th full), the same cache
+    plain = {k: v for k, v in config.items() if k not in ("layer_types", "num_kv_shared_layers")}
+    assert Model.from_hf_config(plain).layers == m.layers  # absent count: transformers' 15
+    # in a multimodal wrapper, with keys transformers reads but that shape nothing (the sliding
+    # layers' RoPE base, AltUp's training multiplier): the same cache
+    older = {**config, "rope_local_base_freq": 10_000.0, "altup_lr_multiplier": 1.0}
+    wrapped = {"model_type": "gemma3n", "text_config": older, "audio_soft_tokens_per_image": 188}
+    assert Model.from_hf_config(wrapped).kv_bytes_per_token("bf16") == 40_960
+    # AltUp, LAuReL and per-layer embeddings add weights kvlib does not count: refused by name
+    with pytest.raises(ValueError, match="'altup_num_inputs' .* the parameter count is not"):
+        count_architecture(m.architecture)
+    with pytest.raises(ValueError, match="must be below num_hidden_layers"):
+        Model.from_hf_config({**config, "num_kv_shared_layers": 35})
+    # 13 shared: layer 21 (sliding) is the one vLLM 0.33 would read for the full layers
+    with pytest.raises(ValueError, match="'num_kv_shared_layers' .*layer 21's cache in vLLM"):
+        Model.from_hf_config({**config, "num_kv_shared_layers": 13})
+
+
+def test_gemma3n_against_transformers_meta():
+    """transformers 5.24's Gemma-3n on the meta device, cut to 10 layers with the last 5 shared
+    (layers 5-9 read layer 3's sliding and layer 4's full K/V), prefilled with 600 tokens (past
+    the 512-token window): its DynamicCache (a DummyLayer per shared layer) holds kvlib's bytes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from kvlib.model.crosscheck import cross_check_config
+    config = {**_corpus("gemma-3n-e4b"), "num_kv_shared_layers": 5}
+    (row,) = cross_check_config(config, "Gemma-3n-E4B", (600,), n_layers=10)
+    # 4 sliding layers × 511 × 2,048 + 1 full × 600 × 2,048 = 4,186,112 + 1,228,800 B
+    assert row.transformers_bytes == row.kvlib_bytes == 5_414_912
+    assert row.explained
+
 def test_nemotron_nas_blocks():
     from kvlib.model.params import count_architecture
     config = _corpus("llama-3.3-nemotron-super-49b-v1")

@@ -80,9 +80,8 @@ REFUSED_KEYS: dict[str, str] = {
     "num_global_key_value_heads": "a separate KV-head count for the global layers (read for "
                                   "Gemma-4 only)",
     "attention_k_eq_v": "keys reused as values (read for Gemma-4 only)",
-    "num_kv_shared_layers": "layers that reuse another layer's KV cache (Gemma-3n, Gemma-4 E2B/E4B: "
-                            "the last N layers read an earlier layer's K/V and cache nothing; not "
-                            "modelled: no published config was found to check it against)",
+    "num_kv_shared_layers": "layers that reuse another layer's KV cache (the last N layers read an "
+                            "earlier layer's K/V and cache nothing; read for Gemma-3n only)",
     "index_topk_freq": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
                        "GLM-5 and DeepSeek-V3.2 only)",
     "index_topk_pattern": "a DeepSeek-V3.2 indexer on only some layers (IndexCache; read for "
@@ -103,6 +102,14 @@ REFUSED_KEYS: dict[str, str] = {
 }
 
 _MIMO_TYPES = ("mimo_v2_flash", "mimo_v2")
+#: Gemma-3n keys that add weights kvlib's records do not describe (transformers 5.24
+#: gemma3n/modeling_gemma3n.py): its cache is sized, its parameter count refused naming them.
+_GEMMA3N_WEIGHT_KEYS: dict[str, str] = {
+    "altup_num_inputs": "AltUp's parallel copies of the hidden state, with their projections",
+    "laurel_rank": "LAuReL's low-rank residual projections in every layer",
+    "hidden_size_per_layer_input": "per-layer input embeddings and their projections",
+    "vocab_size_per_layer_input": "the per-layer embedding table's vocabulary",
+}
 #: Per-family knowledge of keys that are read for that ``model_type`` only (each checked against
 #: the family's modeling code); in any other family the same name is judged by REFUSED_KEYS.
 FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
@@ -125,6 +132,9 @@ FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
     "laguna": frozenset({"gating"}),
     # Llama-Nemotron NAS / DeciLM (vLLM 0.33 nemotron_nas.py, DeciLMDecoderLayer)
     "nemotron-nas": frozenset({"block_configs"}),
+    # Gemma-3n (transformers 5.24 gemma3n/modeling_gemma3n.py, vLLM 0.33 gemma3n.py): the shared
+    # KV layers, and the keys that add weights kvlib does not count (read to refuse the count)
+    "gemma3n_text": frozenset(_GEMMA3N_WEIGHT_KEYS) | {"num_kv_shared_layers"},
 }
 
 #: Fields that change no cache but change the weights in a way kvlib's records do not describe: a
@@ -173,6 +183,17 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
     "mimo_v2_flash": {
         "swa_rope_theta": "RoPE base of the sliding-window layers: no shape",
         "attention_value_scale": "a scale on V before attention: no shape",
+    },
+    # Gemma-3n (transformers 5.24 gemma3n): AltUp routing numerics and the MLP's run-time top-k;
+    # the keys that add weights are read (_GEMMA3N_WEIGHT_KEYS)
+    "gemma3n_text": {
+        **dict.fromkeys(("altup_active_idx", "altup_coef_clip", "altup_correct_scale"),
+                        "AltUp routing numerics: no shape"),
+        "altup_lr_multiplier": "a training learning-rate multiplier for AltUp: no shape",
+        "activation_sparsity_pattern": "a top-k over each MLP's activations at run time: no "
+                                       "shape",
+        # convert_rope_params_to_dict pops it into rope_parameters["sliding_attention"]
+        "rope_local_base_freq": "RoPE base of the sliding-window layers: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
@@ -313,7 +334,9 @@ class LayerSpec:
     departs from the shared geometry: attention, its own softmax-attention geometry (Gemma-4's
     global layers, Nemotron-NAS's per-layer KV heads); intermediate_size, its own dense MLP width;
     norms, its own count of norm vectors (None: the shared one); shared_indexer: an MLA layer
-    that reuses an earlier layer's DeepSeek-V3.2 top-k and has no indexer of its own (IndexCache).
+    that reuses an earlier layer's DeepSeek-V3.2 top-k and has no indexer of its own (IndexCache);
+    kv_shared: an attention layer that reads the K/V an earlier layer of its kind cached and
+    caches none itself (Gemma-3n's last ``num_kv_shared_layers`` layers).
     """
 
     mixer: Mixer
@@ -322,6 +345,7 @@ class LayerSpec:
     intermediate_size: int | None = None
     norms: int | None = None
     shared_indexer: bool = False
+    kv_shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -480,7 +504,8 @@ class Architecture:
     recurrent-state dtype the config asks for; quant_method: ``quantization_config.quant_method``;
     max_position_embeddings; max_model_len: the longest context vLLM accepts without an
     override (``_max_model_len``; None when the config names no length); notes: what the
-    parameter count leaves out.
+    parameter count leaves out; weights_unmodelled: why the parameter count is refused (the
+    fields that add weights kvlib does not describe), None when it is counted.
     """
 
     name: str
@@ -513,6 +538,7 @@ class Architecture:
     #: ``mtp_num_hidden_layers``; 0 without): the draft of speculative decoding by MTP, not counted
     #: in the layers, the cache or the parameters of the model itself.
     mtp_layers: int = 0
+    weights_unmodelled: str | None = None
 
     @property
     def n_layers(self) -> int:
@@ -697,6 +723,10 @@ def _mixers(c: _Fields, n_layers: int) -> list[Mixer] | list[tuple[Mixer, FeedFo
         # default, kwargs.get("sliding_window_pattern", 6): every 6th layer global
         # (transformers 5.24.0, models/gemma3/configuration_gemma3.py, __post_init__).
         return ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n_layers)]
+    if c.get("model_type") == "gemma3n_text":
+        # Gemma-3n without layer_types: Gemma3nTextConfig.__post_init__ makes every 5th layer
+        # full attention, the others sliding (transformers 5.24.0, gemma3n/configuration_gemma3n.py)
+        return ["full" if (i + 1) % 5 == 0 else "sliding" for i in range(n_layers)]
     if c.get("model_type") == "gemma2":  # Gemma-2: even layers local, odd layers global
         return ["sliding" if i % 2 == 0 else "full" for i in range(n_layers)]
     if c.flag("use_sliding_window") and c.has("max_window_layers"):
@@ -1112,6 +1142,77 @@ def _gemma4_layers(c: _Fields, layers: tuple[LayerSpec, ...],
     return tuple(out)
 
 
+def _gemma3n_layers(c: _Fields, layers: tuple[LayerSpec, ...],
+                    widths: tuple[int, ...] | None) -> tuple[LayerSpec, ...]:
+    """Gemma-3n: the last ``num_kv_shared_layers`` layers (absent: transformers' default, 15)
+    compute attention but cache nothing of their own.
+
+    Each reads the K/V of an earlier layer of its own kind, sliding or full. transformers 5.24
+    (``Gemma3nTextConfig.kv_sharing_modes``) takes the last non-shared layer of that kind, and its
+    DynamicCache gives a shared layer a ``DummyLayer`` that stores nothing (cache_utils.py,
+    ``_get_layer_types_and_kwargs``). vLLM 0.33 (gemma3n.py, ``Gemma3nAttention``) names layer
+    ``first − 2`` (sliding) or ``first − 1`` (full) as ``kv_sharing_target_layer_name``, and its
+    ``get_kv_cache_spec`` (v1/worker/gpu_model_runner.py) gives such a layer no cache spec, so the
+    pool allocates nothing for it. kvlib follows vLLM, the engine a reader serves with; the two
+    agree on the bytes, and a config on which their source layers differ in kind is refused.
+    ``widths``: Gemma-3n's per-layer MLP widths (``intermediate_size`` as a list), None if uniform.
+    """
+    n = len(layers)
+    shared = c.int("num_kv_shared_layers", default=15, minimum=0)
+    if widths is not None:
+        layers = tuple(LayerSpec(spec.mixer, spec.ffn, intermediate_size=w)
+                       for spec, w in zip(layers, widths))
+    if not shared:
+        return layers
+    if shared >= n:
+        raise ValueError(f"{c.model}: num_kv_shared_layers ({shared}) must be below "
+                         f"num_hidden_layers ({n}): a shared layer reads an earlier layer's cache")
+    first = n - shared
+    for kind in sorted({spec.mixer for spec in layers[first:]}):
+        own = [i for i in range(first) if layers[i].mixer == kind]
+        if not own:
+            raise ValueError(f"{c.model}: layers {first}-{n - 1} share KV, some of them {kind} "
+                             f"attention, but none of the {first} layers before them is {kind}: no "
+                             "layer caches K/V for them")
+        target = first - (2 if kind == "sliding" else 1)  # vLLM 0.33's source layer
+        if target < 0 or layers[target].mixer != kind:
+            vllm = ("keep caches of their own in vLLM 0.33 (no layer to read)" if target < 0 else
+                    f"read layer {target}'s cache in vLLM 0.33 (a {layers[target].mixer} layer)")
+            raise _cache_refusal(c, "num_kv_shared_layers", f"the shared {kind} layers would "
+                                 f"{vllm} and layer {own[-1]}'s in transformers")
+    return tuple(LayerSpec(spec.mixer, spec.ffn, intermediate_size=spec.intermediate_size,
+                           kv_shared=True) if i >= first else spec
+                 for i, spec in enumerate(layers))
+
+
+def _gemma3n_widths(text: Mapping[str, Any], label: str) -> tuple[Mapping[str, Any],
+                                                                 tuple[int, ...] | None]:
+    """Gemma-3n's ``intermediate_size``, which may list one MLP width per layer (transformers
+    5.24 Gemma3nTextConfig): the config with the widest as its one width, and the per-layer
+    widths when they differ (None when they are all one)."""
+    value = text.get("intermediate_size")
+    if not isinstance(value, (list, tuple)):
+        return text, None
+    n = text.get("num_hidden_layers")
+    if len(value) != n:
+        raise ValueError(f"{label}: intermediate_size lists {len(value)} widths but "
+                         f"num_hidden_layers is {n!r}")
+    widths = tuple(positive_integer(f"{label}: config field 'intermediate_size' entry", w)
+                   for w in value)
+    return {**text, "intermediate_size": max(widths)}, (widths if len(set(widths)) > 1 else None)
+
+
+def _gemma3n_weights(c: _Fields) -> str:
+    """Why Gemma-3n's parameters are not counted: the fields that add weights kvlib does not
+    describe, with their values (transformers' defaults where the config gives none)."""
+    defaults = {"altup_num_inputs": 4, "laurel_rank": 64, "hidden_size_per_layer_input": 256,
+                "vocab_size_per_layer_input": 262_144}  # Gemma3nTextConfig, transformers 5.24
+    fields = ", ".join(f"{key!r} ({what}: {c.get(key, defaults[key])!r})"
+                       for key, what in _GEMMA3N_WEIGHT_KEYS.items())
+    return (f"config fields {fields} change the weights in a way kvlib does not model (the cache "
+            "is sized, the parameter count is not); refusing to guess")
+
+
 def _shared_indexer_layers(c: _Fields, layers: tuple[LayerSpec, ...]) -> tuple[LayerSpec, ...]:
     """IndexCache (GLM-5.2/5.3): only some MLA layers run the DeepSeek-V3.2 indexer and cache its
     keys; the others reuse the previous top-k. vLLM 0.33 (deepseek_v2.py,
@@ -1310,7 +1411,8 @@ def transformers_config(config: Mapping[str, Any], n_layers: int | None = None) 
         for key in ("layer_types", "no_rope_layers", "layers_block_type", "attn_type_list",
                     "mlp_layer_types", "num_attention_heads_per_layer",
                     "block_configs", "indexer_types", "hybrid_layer_pattern",
-                    "moe_layer_freq"):  # one entry per layer
+                    "moe_layer_freq", "intermediate_size",
+                    "activation_sparsity_pattern"):  # one entry per layer, where a list
             if isinstance(text.get(key), list):
                 text[key] = text[key][:n_layers]
         if isinstance(text.get("hybrid_override_pattern"), str):
@@ -1454,8 +1556,11 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         raise ValueError("config is empty: expected the fields of a Hugging Face config.json")
     text = text_config(config)
     label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
-    c = _Fields(text, label)
     _refuse_unmodelled(config, text, label)
+    wrapped, widths = config is not text, None
+    if text.get("model_type") == "gemma3n_text":
+        text, widths = _gemma3n_widths(text, label)
+    c = _Fields(text, label)
     model_type = str(c.get("model_type") or "")
     n_layers = _layer_count(c)
     _check_per_layer_fields(c, n_layers)
@@ -1469,6 +1574,8 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         layers = _gemma4_layers(c, layers, attention)
     elif model_type == "laguna":
         layers = _laguna_layers(c, layers, attention)
+    elif model_type == "gemma3n_text":
+        layers = _gemma3n_layers(c, layers, widths)
     elif model_type in _MIMO_TYPES:
         layers = _mimo_layers(c, layers, attention)
     elif model_type in ("glm_moe_dsa", "deepseek_v32") and c.has("index_n_heads"):
@@ -1486,7 +1593,7 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
                   or c.opt_int("mtp_num_hidden_layers", minimum=0) or 0)
     if mtp_layers or c.flag("use_mtp"):
         notes.append("multi-token-prediction layers not counted")
-    if config is not text:
+    if wrapped:
         notes.append("vision tower not counted (text_config only)")
     quant = config.get("quantization_config") or text.get("quantization_config")
     return Architecture(
@@ -1509,4 +1616,5 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
-        max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers)
+        max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers,
+        weights_unmodelled=_gemma3n_weights(c) if model_type == "gemma3n_text" else None)

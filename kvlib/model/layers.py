@@ -15,7 +15,8 @@ Like vLLM's KV cache specs (``vllm/v1/kv_cache_interface.py``), every class answ
   spends in the layer's attention or recurrence.
 
 ``cache_kind`` says which engine cache the layer belongs to (``full``, ``sliding``,
-``chunked``, ``mla``, ``indexer``, ``state``, or ``none`` for a layer without cache). Counts in
+``chunked``, ``mla``, ``indexer``, ``state``, or ``none`` for a layer without cache, a KV-shared
+layer included). Counts in
 elements (``elements_per_token``, ``state_elements``) remain for arithmetic that needs no format.
 
 ``tp`` is the tensor-parallel degree. The rules follow vLLM: KV heads are split across GPUs
@@ -37,14 +38,14 @@ from .formats import KVFormat, kv_format
 from ..core.units import elements_to_bytes
 
 LayerKind = Literal["full", "sliding", "chunked", "mla", "indexer", "mamba1", "mamba2",
-                    "gated_deltanet", "lightning", "none"]
+                    "gated_deltanet", "lightning", "shared", "none"]
 CacheKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state", "none"]
 #: How the book names each ``LayerKind`` for a reader.
 KIND_NAMES: dict[str, str] = {"full": "full", "sliding": "sliding", "chunked": "chunked",
                               "mla": "MLA", "indexer": "indexer", "mamba1": "Mamba-1",
                               "mamba2": "Mamba-2", "gated_deltanet": "Gated DeltaNet",
                               "lightning": "lightning attention",
-                              "none": "stateless"}
+                              "shared": "KV-shared", "none": "stateless"}
 FormatLike = Union[str, KVFormat]
 
 
@@ -592,5 +593,30 @@ class StatelessLayer(_NothingPerToken):
         return 0.0
 
 
+@dataclass(frozen=True)
+class SharedKVLayer(StatelessLayer):
+    """An attention layer that reads the K/V an earlier layer cached and caches none itself
+    (Gemma-3n's last ``num_kv_shared_layers`` layers): 0 bytes per token, no page, no pool group
+    (vLLM 0.33 gives it no KV cache spec; transformers 5.24 a ``DummyLayer``), while its
+    attention still runs over ``source``'s tokens: ``attention_flops_per_token`` is source's.
+
+    source: the geometry (KV heads, head dim, window) of the layer whose cache it reads.
+    """
+
+    source: AttentionLayer
+
+    @property
+    def kind(self) -> LayerKind:
+        return "shared"
+
+    @property
+    def span(self) -> int | None:
+        return self.source.span
+
+    def attention_flops_per_token(self, context_tokens: int, tp: int = 1,
+                                  query_heads: int | None = None) -> float:
+        return self.source.attention_flops_per_token(context_tokens, tp, query_heads)
+
+
 AnyLayer = Union[AttentionLayer, MLALayer, IndexerKeyLayer, Mamba1Layer, Mamba2Layer,
-                 GatedDeltaNetLayer, LightningAttentionLayer, StatelessLayer]
+                 GatedDeltaNetLayer, LightningAttentionLayer, StatelessLayer, SharedKVLayer]

@@ -18,7 +18,7 @@ from .hf_config import Architecture, read_config
 from .formats import Checkpoint
 from .layers import (KIND_NAMES, AnyLayer, AttentionLayer, FormatLike, GatedDeltaNetLayer,
                      IndexerKeyLayer, LightningAttentionLayer, Mamba1Layer, Mamba2Layer,
-                     MLALayer, StatelessLayer)
+                     MLALayer, SharedKVLayer, StatelessLayer)
 from ..core.checks import integer, positive_integer
 from .formats import kv_format
 from ..core.units import dtype_bits
@@ -240,7 +240,10 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
         return Mamba2Layer(n_heads=m2.n_heads, head_dim=m2.head_dim, state_size=m2.state_size,
                            n_groups=m2.n_groups, conv_kernel=m2.conv_kernel)
 
-    def build(mixer: str, own: Any = None, shared_indexer: bool = False) -> tuple[AnyLayer, ...]:
+    def build(mixer: str, own: Any = None, shared_indexer: bool = False,
+              kv_shared: bool = False) -> tuple[AnyLayer, ...]:
+        if kv_shared:  # Gemma-3n: attention over an earlier layer's K/V, nothing cached here
+            return (SharedKVLayer(source=attention(mixer, own)),)
         if mixer in ("full", "sliding", "chunked"):
             return (attention(mixer, own),)
         if mixer == "parallel":
@@ -272,7 +275,7 @@ def _layers(arch: Architecture) -> tuple[AnyLayer, ...]:
     built: dict[tuple[str, Any], tuple[AnyLayer, ...]] = {}
     out: list[AnyLayer] = []
     for spec in arch.layers:
-        key = (spec.mixer, spec.attention, spec.shared_indexer)
+        key = (spec.mixer, spec.attention, spec.shared_indexer, spec.kv_shared)
         if key not in built:
             built[key] = build(*key)
         out.extend(built[key])

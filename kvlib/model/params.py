@@ -200,9 +200,12 @@ def _lightning_params(g: Lightning, hidden: int) -> tuple[int, int]:
 def count_architecture(arch: Architecture) -> ParamCounts:
     """Parameter counts of an architecture record (:func:`kvlib.model.hf_config.read_config`).
 
-    Raises ValueError naming a config field the count needs and the record lacks.
+    Raises ValueError naming a config field the count needs and the record lacks, or the fields
+    that add weights the record does not describe (``weights_unmodelled``: Gemma-3n).
     """
     label = arch.name
+    if arch.weights_unmodelled:
+        raise ValueError(f"{label}: {arch.weights_unmodelled}")
     hidden = _need(arch.hidden_size, label, "hidden_size")
     vocab = _need(arch.vocab_size, label, "vocab_size")
     comp = dict.fromkeys(COMPONENTS, 0)

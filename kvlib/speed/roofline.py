@@ -46,6 +46,7 @@ from ..deployment import ENGINES, Deployment
 from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU, allreduce_latency, resolve_gpu
 from ..model.formats import weight_bits, weight_format
+from ..model.layers import SharedKVLayer
 from ..model.model import Model
 from ..model.params import ParamCounts, weight_bytes
 from ..model.registry import resolve_model
@@ -492,6 +493,8 @@ def _context_costs(d: Deployment) -> tuple[_Linear, _Linear, int]:
     for layer, count in m.distinct_layers:
         cap = _held_cap(layer)
         kv_terms.append((0.0, count * layer.bytes_per_token(fmt, tp) if cap else 0.0, cap))
+        if isinstance(layer, SharedKVLayer):  # holds nothing, attends to its source's tokens
+            cap = _held_cap(layer.source)
         f0 = layer.attention_flops_per_token(0, tp, m.n_heads)
         probe = 1024 if cap == math.inf else max(int(cap), 1)
         slope = (layer.attention_flops_per_token(probe, tp, m.n_heads) - f0) / probe if cap else 0.0
