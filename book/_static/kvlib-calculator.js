@@ -255,7 +255,9 @@
           "does, prompts cost " + money(v("input_cost") * price) + " and output " +
           money(v("output_cost_split") * price) + " per 1M tokens; charging all of it to " +
           "the output, " + money(v("output_cost") * price) + ".");
-      line("kc-band", "Speed model's error, " + band[6] + "; so " +
+      line("kc-band", "Speed model's error, " + band[6] + ". Eight in ten of those " +
+           "measurements lay between " + pct(band[3]) + " and " + pct(band[4]) + " of its " +
+           "figure (10th–90th percentile), so " +
            sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")) + " tokens/s and " +
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo) +
            " per 1M output tokens." +
@@ -346,10 +348,10 @@
       var e = slo.error;
       if (e && e.ttft_longer !== undefined) {
         box.appendChild(el("p", { "class": "kc-slo-error" }, "TTFT is a floor: against " +
-          plural(e.ttft_n, "published benchmark point") + " below saturation, measured p99 TTFT " +
-          "ran a median " + Math.round(e.ttft_longer * 100) + " % longer than the simulation's; " +
-          "time per output token was off by a median " + pct(e.tpot_error) + " (" +
-          plural(e.tpot_n, "point") + ", Appendix A)."));
+          plural(e.ttft_n, "published benchmark point") + " below 90 % of saturation, measured " +
+          "p99 TTFT ran a median " + Math.round(e.ttft_longer * 100) + " % longer than " +
+          "simulated; the simulated time per output token was off by a median " +
+          pct(e.tpot_error) + " (" + plural(e.tpot_n, "point") + ", Appendix A)."));
       }
     }
 
