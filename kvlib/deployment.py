@@ -289,6 +289,9 @@ class Deployment:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         if self.engine == "vllm" and self.engine_version is not None:
             vllm_memory_rules(self.engine_version)  # a release the rules cover
+        if self.engine == "tensorrt-llm" and self.gpu.vendor != "NVIDIA":
+            raise ValueError(f"TensorRT-LLM runs on NVIDIA GPUs only, not the {self.gpu.name}: "
+                             "choose engine vllm or sglang")
         if self.gpu_memory_utilization is not None and not (
                 0 < number("gpu_memory_utilization", self.gpu_memory_utilization) <= 1):
             raise ValueError("gpu_memory_utilization must be in (0, 1], "

@@ -308,8 +308,8 @@ def test_calculator_data_and_html(grid):
     h100 = data["gpus"][0]["prices"]["on-demand"]
     assert (h100["price"], h100["n"], h100["low"], h100["high"]) == (3.99, 10, 2.99, 12.29)
     cols = data["cols"]
-    key = [0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
-    (row,) = [r for r in data["rows"] if r[:8] == key]
+    key = [0, 0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
+    (row,) = [r for r in data["rows"] if r[:9] == key]
     assert row[cols.index("n_gpus")] == 1 and row[cols.index("batch")] == 51
     assert data["ttft_bands"][row[cols.index("ttft_band")]][0] == "33–128"  # batch 51's range
     band = data["bands"][row[cols.index("band")]]
@@ -319,8 +319,15 @@ def test_calculator_data_and_html(grid):
                         "(NVIDIA GPUs, vLLM, dense GQA, TP 1)"]
     exact = grid.iloc[0]
     assert row[cols.index("output_cost")] == pytest.approx(exact["output_cost"], rel=1e-3)
-    (nofit,) = [r for r in data["rows"] if r[:8] == [1, 0, 0, 0, 0, 8192] + key[6:]]
-    assert nofit[9] == "weights" and data["texts"][nofit[10]].startswith("the weights alone")
+    (nofit,) = [r for r in data["rows"] if r[:9] == [0, 1, 0, 0, 0, 0, 8192] + key[7:]]
+    assert nofit[10] == "weights" and data["texts"][nofit[11]].startswith("the weights alone")
+    # the command that starts the case, and the fraction it starts with
+    assert data["texts"][row[cols.index("launch")]] == exact["launch"]
+    assert exact["launch"].startswith("vllm serve ") and "--gpu-memory-utilization 0.9 " in \
+        exact["launch"]
+    assert row[cols.index("memory_fraction")] == 0.9
+    assert data["engines"] == [{"slug": "vllm", "name": "vLLM", "flag": "--gpu-memory-utilization",
+                                "share": "of the GPU's whole memory", "settings": [0.9]}]
     html = calculator.calculator(data, "<p>start</p>")._repr_mimebundle_()[0]["text/html"]
     packed = json.loads(html.split('data-target="')[1].split('">', 1)[1].split("</script>")[0])
     assert json.loads(calculator.unpack(packed["data"])) == json.loads(json.dumps(data))
@@ -402,7 +409,7 @@ def test_buy_table_puts_the_deciding_column_first():
 
 def _slo_frame(rates: dict[tuple[str, float], float]) -> pd.DataFrame:
     """A latency grid of one case (8B on one H100, 7,168 + 1,024 tokens) with ``rates``."""
-    case = dict(model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
+    case = dict(engine="vllm", model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
                 gpu_memory_utilization=0.9, gpu="h100-sxm", max_model_len=8192,
                 input_tokens=7168, output_tokens=1024, n_gpus=1)
     return pd.DataFrame([{**case, "bound": b, "target": t, "rate_rps": r, "saturated_rps": 2.0,
@@ -430,8 +437,9 @@ def test_at_target_takes_the_lower_rate_and_prices_a_day():
     no_ttft = pd.DataFrame({"batch_range": [], "n": [], "median": [], "low": [], "high": []})
     data = answer.calculator_data(small, answer.prefix_input_costs(small),
                                   models=["llama-3.1-8b"], default={}, ttft=no_ttft, slo=slo)
-    # the page's case key: indices of model, weights, kv, utilization, gpu; lengths; n_gpus
-    assert data["slo"]["cases"]["0|0|0|0|0|8192|0|0|1"] == [2, [1.5, 60], [1.2, 48], [0, 0]]
+    # the page's case key: indices of engine, model, weights, kv, utilization (into the
+    # engine's), gpu; lengths; n_gpus
+    assert data["slo"]["cases"]["0|0|0|0|0|0|8192|0|0|1"] == [2, [1.5, 60], [1.2, 48], [0, 0]]
 
 
 def test_more_gpus_per_replica_are_the_serving_pipeline(grid):
@@ -448,3 +456,27 @@ def test_more_gpus_per_replica_are_the_serving_pipeline(grid):
                           gpu_memory_utilization=0.9)
     assert (four["batch"], four["tokens_per_s"]) == (point.batch, point.tokens_per_s)
     assert not (more["gpu"] == "a100-80gb").any() or (more["n_gpus"] > 1).all()
+
+
+def test_other_engines_run_at_their_defaults_and_say_where_they_do_not_run(grid):
+    kw = dict(lengths=[8192], requests=[(7168, 1024)], utilizations=[None])
+    sgl = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], engine="sglang", **kw)
+    trt = answer.answer_grid(["llama-3.1-8b"], ["mi300x"], engine="tensorrt-llm", **kw)
+    (row,) = sgl[(sgl["weights"] == "bf16") & (sgl["max_model_len"] == 8192)].itertuples()
+    # the setting is the engine's default (NaN), the fraction what SGLang chose for 1 H100
+    assert math.isnan(row.gpu_memory_utilization)
+    assert row.memory_fraction == kvlib.kv_pool(kvlib.Deployment(
+        "llama-3.1-8b", "h100-sxm", engine="sglang", max_model_len=8192)).mem_fraction_static
+    assert row.launch.startswith("python -m sglang.launch_server --model-path ")
+    assert f"--mem-fraction-static {row.memory_fraction!r} " in row.launch
+    assert set(trt["limit"]) == {"engine"} and set(trt["why_not"]) == {  # no ROCm build
+        "TensorRT-LLM runs on NVIDIA GPUs only, not the AMD Instinct MI300X"}
+    with pytest.raises(ValueError, match="one engine"):
+        answer.would_fit(pd.concat([grid, sgl]))
+    both = pd.concat([grid, sgl], ignore_index=True)
+    data = answer.calculator_data(both, answer.prefix_input_costs(both), models=MODELS,
+                                  default={}, ttft=pd.DataFrame(
+                                      {"batch_range": [], "n": [], "median": [], "low": [],
+                                       "high": []}))
+    assert [(e["slug"], e["settings"]) for e in data["engines"]] == [("vllm", [0.9]),
+                                                                     ("sglang", [None])]

@@ -320,6 +320,22 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     assert calc.locator("[data-kc=tps] .kc-range").inner_text().startswith("error band ")
     assert "a lower bound" in calc.locator("[data-kc=ttft]").inner_text()
     assert "0.92" in calc.locator("select[name=utilization]").locator("option").all_inner_texts()
+    # under the figures, the command that starts the case; the same case under SGLang at its
+    # default fraction (the menu then offers only that), and TensorRT-LLM where it does not run
+    assert calc.locator(".kc-launch-command").inner_text() == row["launch"]
+    sgl = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
+                             requests=[(7168, 1024)], utilizations=[None], engine="sglang").query(
+        "weights == 'bf16' and max_model_len == 8192").iloc[0]
+    _pick(calc, "engine", "SGLang")
+    assert calc.locator("select[name=utilization]").is_disabled()
+    assert _tiles(calc)["requests"] == pytest.approx(sgl["max_concurrency"], rel=6e-3)
+    assert calc.locator(".kc-launch-command").inner_text() == sgl["launch"]
+    _pick(calc, "gpu", "AMD Instinct MI300X")
+    _pick(calc, "engine", "TensorRT-LLM")
+    assert "runs on NVIDIA GPUs only" in _card_text(calc)
+    _pick(calc, "gpu", "NVIDIA H100 SXM5")
+    _pick(calc, "engine", "vLLM")
+    assert _tiles(calc) == shown
 
     # at the starting latency target the page shows the chapter's sized fleet; the day's price
     # scales with the share at peak; more GPUs per replica redraw both, and the frontier marks it

@@ -48,17 +48,21 @@
   function build(root, data) {
     var cols = {};
     data.cols.forEach(function (c, i) { cols[c] = i; });
-    // every GPU count a case runs on, fewest first (the first is the grid's own answer)
+    // every GPU count a case runs on, fewest first (the first is the grid's own answer); a
+    // case is its engine, model, weights, KV dtype, memory fraction, GPU, max_model_len,
+    // prompt and output (the fraction an index into its engine's settings)
+    var N = cols.n_gpus;
     var rows = new Map();
     data.rows.forEach(function (r) {
-      var k = r.slice(0, 8).join("|");
+      var k = r.slice(0, N).join("|");
       if (!rows.has(k)) { rows.set(k, []); }
       rows.get(k).push(r);
     });
-    rows.forEach(function (list) { list.sort(function (a, b) { return a[8] - b[8]; }); });
+    rows.forEach(function (list) { list.sort(function (a, b) { return a[N] - b[N]; }); });
     var slo = data.slo;
     var d = data["default"];
     var state = {
+      engine: data.engines.findIndex(function (e) { return e.slug === d.engine; }),
       model: data.models.findIndex(function (m) { return m.slug === d.model; }),
       gpu: data.gpus.findIndex(function (g) { return g.slug === d.gpu; }),
       price: null, custom: false, n: null
@@ -72,12 +76,13 @@
       controls.appendChild(pair[0]);
       return pair[1];
     }
+    var sEngine = add("engine", "Engine", data.engines.map(function (e, i) { return [i, e.name]; }));
     var sModel = add("model", "Model", data.models.map(function (m, i) { return [i, m.name]; }));
     var sWeights = add("weights", "Weights", []);
     var sKv = add("kv_dtype", "KV cache", data.kv_dtypes.map(function (k, i) { return [i, k]; }));
     var sGpu = add("gpu", "GPU", data.gpus.map(function (g, i) { return [i, g.name]; }));
-    var sUtil = add("utilization", "gpu_memory_utilization",
-                    data.utilizations.map(function (u, i) { return [i, u.toFixed(2)]; }));
+    var sUtil = add("utilization", "memory fraction", []);
+    var utilName = sUtil.parentNode.querySelector(".kc-name");
     var sLen = add("max_model_len", "max_model_len", []);
     var sPrompt = add("prompt", "Prompt tokens",
                       data.prompts.map(function (p, i) { return [i, tokens(p)]; }));
@@ -133,6 +138,18 @@
       setOptions(sLen, m.lengths.map(function (n) {
         return [n, tokens(n) + (n === m.max_model_len ? " (the model's maximum)" : "")];
       }), m.lengths.indexOf(keepL) >= 0 ? keepL : m.lengths[0]);
+    }
+
+    // The memory-fraction menu is the engine's own flag: vLLM's utilizations, the other
+    // engines at their default (chosen per GPU and GPU count: the figures say which).
+    function engineChanged(first) {
+      var e = data.engines[state.engine];
+      utilName.textContent = e.flag;
+      var keep = first ? e.settings.indexOf(d.gpu_memory_utilization) : Number(sUtil.value);
+      setOptions(sUtil, e.settings.map(function (u, i) {
+        return [i, u === null ? e.name + "'s default" : u.toFixed(2)];
+      }), Math.max(0, Math.min(keep, e.settings.length - 1)));
+      sUtil.disabled = e.settings.length < 2;
     }
 
     function kindsOf(g) { return data.kinds.filter(function (k) { return g.prices[k]; }); }
@@ -195,10 +212,12 @@
     function render() {
       var m = data.models[state.model], g = data.gpus[state.gpu];
       var w = m.weights[Number(sWeights.value)];
-      var key = [state.model, Number(sWeights.value), Number(sKv.value), Number(sUtil.value),
-                 state.gpu, Number(sLen.value), Number(sPrompt.value), Number(sOutput.value)];
+      var e = data.engines[state.engine];
+      var key = [state.engine, state.model, Number(sWeights.value), Number(sKv.value),
+                 Number(sUtil.value), state.gpu, Number(sLen.value), Number(sPrompt.value),
+                 Number(sOutput.value)];
       var options = rows.get(key.join("|")) || [];
-      var counts = options.map(function (o) { return o[8]; });
+      var counts = options.map(function (o) { return o[N]; });
       setOptions(sTp, counts.map(function (c, i) {
         return [c, c + (i === 0 ? " (the fewest that fit)" : "")];
       }), counts.indexOf(state.n) >= 0 ? state.n : counts[0]);
@@ -207,19 +226,22 @@
       var price = state.price;
       priceShown.textContent = "$" + price.toFixed(2);
       card.textContent = "";
-      var prompt = data.prompts[key[6]], output = data.outputs[key[7]];
-      line("kc-setup", m.name + " · " + w.label + " weights (" + w.repository + ") · KV cache " +
-           data.kv_dtypes[key[2]] + " · " + g.name + " · max_model_len " + tokens(key[5]) +
-           " · requests of " + tokens(prompt) + " prompt + " + tokens(output) + " output tokens");
+      var prompt = data.prompts[key[7]], output = data.outputs[key[8]];
+      var setting = e.settings[key[4]];
+      line("kc-setup", e.name + " · " + m.name + " · " + w.label + " weights (" + w.repository +
+           ") · KV cache " + data.kv_dtypes[key[3]] + " · " + g.name + " · max_model_len " +
+           tokens(key[6]) + " · requests of " + tokens(prompt) + " prompt + " + tokens(output) +
+           " output tokens");
       if (!r) {
         line("kc-none", "This combination is not in the precomputed table.");
         return;
       }
-      var n = r[cols.n_gpus];
+      var n = r[N];
       if (n === 0) {
-        var why = data.texts[r[cols.n_gpus + 2]], fit = data.texts[r[cols.n_gpus + 3]];
+        var why = data.texts[r[N + 2]], fit = data.texts[r[N + 3]];
         var limitWord = {weights: "weights", activation: "weights + activation peak",
-                         kv: "KV cache", tp: "GPU count", format: "not modelled"}[r[cols.n_gpus + 1]];
+                         kv: "KV cache", tp: "GPU count", format: "not modelled",
+                         engine: "not modelled"}[r[N + 1]];
         line("kc-nofit", "Does not fit (" + limitWord + "): " + why + ".");
         if (fit) { line("kc-wouldfit", fit.charAt(0).toUpperCase() + fit.slice(1) + "."); }
         return;
@@ -293,6 +315,13 @@
            offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
            : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
              " in data/prices.csv — " + offer.rows + ".");
+      var launch = el("div", { "class": "kc-launch" });
+      launch.appendChild(el("p", { "class": "kc-launch-head" }, "The command that starts " +
+        e.name + " with this pool, every default the figures assume spelled out (" + e.flag +
+        " " + sig3(v("memory_fraction")) + (setting === null ? ", " + e.name + "'s default " +
+        "here" : "") + ": the share " + e.share + "):"));
+      launch.appendChild(el("pre", { "class": "kc-launch-command" }, data.texts[v("launch")]));
+      card.appendChild(launch);
       if (slo) { latency(key, n, prompt, output, price); }
     }
 
@@ -357,8 +386,8 @@
 
     // Cost against per-user speed at the full batch, one point per GPU count of this case.
     function frontier(options, price, chosen) {
-      var pts = options.filter(function (o) { return o[8] > 0; }).map(function (o) {
-        return { n: o[8], x: o[cols.per_user_tokens_per_s], y: o[cols.output_cost] * price };
+      var pts = options.filter(function (o) { return o[N] > 0; }).map(function (o) {
+        return { n: o[N], x: o[cols.per_user_tokens_per_s], y: o[cols.output_cost] * price };
       });
       if (pts.length < 2) { return; }
       var W = 320, H = 150, L = 52, B = 30, ns = "http://www.w3.org/2000/svg";
@@ -410,16 +439,20 @@
       card.appendChild(fig);
     }
 
+    sEngine.value = String(state.engine);
     sModel.value = String(state.model);
     sGpu.value = String(state.gpu);
     sKv.value = String(data.kv_dtypes.indexOf(d.kv_dtype));
-    sUtil.value = String(data.utilizations.indexOf(d.gpu_memory_utilization));
+    engineChanged(true);
     sPrompt.value = String(data.prompts.indexOf(d.input_tokens));
     sOutput.value = String(data.outputs.indexOf(d.output_tokens));
     modelChanged(true);
     gpuChanged(true);
     lengthsChanged();
 
+    sEngine.addEventListener("change", function () {
+      state.engine = Number(sEngine.value); engineChanged(false); render();
+    });
     sModel.addEventListener("change", function () {
       state.model = Number(sModel.value); modelChanged(false); lengthsChanged(); render();
     });

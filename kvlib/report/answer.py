@@ -41,7 +41,10 @@ from ..fit import calibrate
 from ..engines.capacity import derived_max_model_len
 from ..serve.cost import cost_per_million_tokens
 from ..core.data import csv_path
-from ..deployment import Deployment
+from ..deployment import ENGINE_NAMES, Deployment
+from ..engines.capacity import NoKVMemory
+from ..engines.launch import launch_command
+from ..engines.pools import kv_pool
 from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
 # The checkpoints live in the model layer (``launch`` needs their repositories); named here too,
 # where the landing page's readers and chapters look them up.
@@ -174,40 +177,94 @@ def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
     return sorted({int(n) for n in lengths if n < limit} | {limit})
 
 
-def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str]) -> str:
-    """"" when kvlib's speed model covers ``weight_format`` on ``gpu``, else why not."""
+def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str],
+                    engine: str = "vllm") -> str:
+    """"" when kvlib's speed model covers ``weight_format`` on ``gpu`` under ``engine``, else
+    why not."""
     compute = parse_weights(weight_format).compute_dtype
     g = load_gpu(gpu)
     if compute == "fp8" and g.fp8_dense_flops is None:
-        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; vLLM serves "
-                "them there as weight-only FP8 (Marlin kernels), which kvlib's speed model "
-                "does not cover")
+        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; "
+                f"{ENGINE_NAMES[engine]} would serve them as weight-only FP8, which kvlib's "
+                "speed model does not cover")
     return ""
+
+
+def engine_runs(engine: str, gpu: str) -> str:
+    """"" when ``engine`` runs on ``gpu``, else why not (TensorRT-LLM: NVIDIA GPUs only)."""
+    g = load_gpu(gpu)
+    if engine == "tensorrt-llm" and g.vendor != "NVIDIA":
+        return f"TensorRT-LLM runs on NVIDIA GPUs only, not the {g.name}"
+    return ""
+
+
+def pool_modelled(deployment: Deployment) -> str:
+    """"" when kvlib sizes ``deployment``'s pool (vLLM's always; SGLang's and TensorRT-LLM's
+    not for every layer kind: their ``kv_pool`` says which), else why not."""
+    if deployment.engine != "vllm":
+        try:
+            kv_pool(deployment)
+        except NoKVMemory:
+            pass  # sized, and too small on one GPU: the grid tries more
+        except ValueError as refused:
+            return str(refused)
+    return ""
+
+
+#: The engines the page offers, in menu order, and the memory fractions it offers each (None:
+#: the engine's own default): vLLM at the chapter's utilizations, SGLang and TensorRT-LLM at
+#: their defaults (SGLang's depends on the GPU's memory and the TP degree).
+PAGE_ENGINES = ("vllm", "sglang", "tensorrt-llm")
+
+#: Each engine's memory-fraction flag and what it is a share of, for a reader.
+FRACTION_FLAGS = {
+    "vllm": ("--gpu-memory-utilization", "of the GPU's whole memory"),
+    "sglang": ("--mem-fraction-static", "of the memory free before the weights load, for "
+               "weights and KV cache"),
+    "tensorrt-llm": ("--kv_cache_free_gpu_memory_fraction", "of the memory free after the "
+                     "weights and the profiling pass, for the KV cache"),
+}
+
+
+def fraction_key(value: Any) -> float | str:
+    """A grid row's memory-fraction setting as a key: the value given, or "default" (NaN in
+    the grid: the engine chose it; ``memory_fraction`` holds what it chose)."""
+    value = float(value)
+    return "default" if math.isnan(value) else value
+
+
+def launch_text(deployment: Deployment, repository: str) -> str:
+    """The shell lines that start ``deployment`` (``kvlib.launch_command``): any file the
+    command reads written first (a here-document), then the command on one line."""
+    command = launch_command(deployment, repo=repository)
+    files = "".join(f"cat > {path} <<'EOF'\n{text}EOF\n" for path, text in command.files)
+    return files + command.text
 
 
 #: The grid's columns, in order (``answer_grid``). Costs are $ per 10⁶ tokens at $1 per
 #: GPU-hour: multiply by the price.
 GRID_COLUMNS = [
-    "model", "model_name", "weights", "checkpoint", "kv_dtype", "gpu_memory_utilization",
+    "engine", "model", "model_name", "weights", "checkpoint", "kv_dtype",
+    "gpu_memory_utilization", "memory_fraction",
     "gpu", "gpu_name", "max_model_len", "input_tokens", "output_tokens", "n_gpus", "limit",
     "why_not", "would_fit", "max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",
     "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
     "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
-    "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
+    "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words", "launch",
 ]
 
 
 def _row(point: ServingPoint, choice: WeightChoice, model: Model, limit: int) -> dict[str, Any]:
-    row = {"model": point.model, "model_name": point.model_name, "weights": choice.label,
-           "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
-           "gpu_memory_utilization": point.gpu_memory_utilization, "gpu": point.gpu,
+    row = {"engine": point.engine, "model": point.model, "model_name": point.model_name,
+           "weights": choice.label, "checkpoint": choice.repository, "kv_dtype": point.kv_dtype,
+           "memory_fraction": point.gpu_memory_utilization, "gpu": point.gpu,
            "gpu_name": point.gpu_name, "max_model_len": point.max_model_len,
            "input_tokens": point.input_tokens, "output_tokens": point.output_tokens,
            "n_gpus": point.n_gpus, "limit": point.limit, "why_not": _why_not(point),
            "would_fit": "", "max_concurrency": point.max_concurrency, "batch": point.batch,
            "per_user_tokens_per_s": point.per_user_tokens_per_s, "ttft_s": point.ttft_s,
            "tpot_s": point.tpot_s, "prefill_time_share": point.prefill_time_share,
-           "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu}
+           "bound": point.bound, "kv_bytes_per_gpu": point.kv_bytes_per_gpu, "launch": ""}
     # past the largest batch with a band of its own, the case's band at that batch (its own
     # borrows a wider, kinder scope): the figures are an extrapolation
     band = point.band if point.batch <= limit else calibrate.case_band(
@@ -239,20 +296,26 @@ def _why_not(point: ServingPoint) -> str:
 
 
 def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence[int],
-                requests: Sequence[tuple[int, int]], utilizations: Sequence[float] = (0.9,),
+                requests: Sequence[tuple[int, int]],
+                utilizations: Sequence[float | None] = (0.9,),
                 kv_dtypes: Sequence[str] = ("bf16",), engine: str = "vllm") -> pd.DataFrame:
-    """The landing page's grid (``GRID_COLUMNS``): one row per model × checkpoint
-    (``weight_choices``) × KV dtype × utilization × GPU × max_model_len (``max_model_lens`` of
-    ``lengths``) × request (input, output tokens) that fits within that max_model_len.
+    """The landing page's grid (``GRID_COLUMNS``) for one ``engine``: one row per model ×
+    checkpoint (``weight_choices``) × KV dtype × memory fraction × GPU × max_model_len
+    (``max_model_lens`` of ``lengths``) × request (input, output tokens) that fits within that
+    max_model_len.
 
     Each row is ``serving.Engine(...).point(input, output, max_model_len=...)`` (its error band
     the case's, ``calibrate.case_band``, at ``banded_batch_limit`` when its batch is larger) with
-    the GPU count chosen as vLLM needs it (the fewest of ``TP_DEGREES`` that hold one request of
-    max_model_len); a row that does not fit carries ``limit``, ``why_not`` and ``would_fit``
-    (another setting, checkpoint or GPU of the grid that holds it). A checkpoint whose speed
-    kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit "format".
-    Costs are at $1 per GPU-hour. ValueError for an empty axis or a model with no known
-    maximum context.
+    the GPU count chosen as the engine needs it (the fewest of ``TP_DEGREES`` that hold one
+    request of max_model_len); a row that does not fit carries ``limit``, ``why_not`` and
+    ``would_fit`` (another setting, checkpoint or GPU of the grid that holds it). ``utilizations``
+    are the engine's memory fraction (vLLM's ``--gpu-memory-utilization``, SGLang's
+    ``--mem-fraction-static``, TensorRT-LLM's ``free_gpu_memory_fraction``; None: its default,
+    NaN in column ``gpu_memory_utilization``); ``memory_fraction`` is the one it started with.
+    ``launch``: the command that starts the row's deployment (``launch_text``). A checkpoint
+    whose speed kvlib cannot model on a GPU (FP8 weights without FP8 tensor cores) gets limit
+    "format"; a GPU the engine does not run on, limit "engine". Costs are at $1 per GPU-hour.
+    ValueError for an empty axis or a model with no known maximum context.
     """
     for name, values in (("models", models), ("gpus", gpus), ("lengths", lengths),
                          ("requests", requests), ("utilizations", utilizations),
@@ -267,40 +330,55 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
         for choice in weight_choices(slug):
             for kv in kv_dtypes:
                 for util in utilizations:
+                    setting = math.nan if util is None else float(util)
                     for gpu in gpus:
-                        eng = Engine(Deployment(model, gpu, weights=choice.weight_format,
-                                                kv=kv, gpu_memory_utilization=util,
-                                                engine=engine), tp_degrees=TP_DEGREES)
-                        unmodelled = _speed_modelled(gpu, choice.weight_format)
+                        refused = engine_runs(engine, gpu)
+                        if not refused:
+                            d = Deployment(model, gpu, weights=choice.weight_format, kv=kv,
+                                           gpu_memory_utilization=util, engine=engine)
+                            refused = pool_modelled(d)
+                        eng = None if refused else Engine(d, tp_degrees=TP_DEGREES)
+                        unmodelled = refused or _speed_modelled(gpu, choice.weight_format,
+                                                                engine)
+                        commands: dict[tuple[int, int], str] = {}
                         for length in lens:
                             for i, o in requests:
                                 if i + o > length:
                                     continue
-                                if unmodelled:
-                                    rows.append(_unmodelled_row(slug, model.name, choice, kv,
-                                                                util, eng, length, i, o,
-                                                                unmodelled))
+                                if eng is None or unmodelled:
+                                    rows.append(_unmodelled_row(
+                                        slug, model.name, choice, kv, setting, engine, gpu,
+                                        length, i, o, unmodelled, "engine" if refused
+                                        else "format"))
                                     continue
                                 point = eng.point(i, o, max_model_len=length)
                                 row = _row(point, choice, model, limit)
-                                row["model"] = slug
+                                row.update(model=slug, gpu_memory_utilization=setting)
+                                if point.fits:
+                                    key = (point.n_gpus, length)
+                                    if key not in commands:
+                                        commands[key] = launch_text(eng.deployment.with_(
+                                            tp=point.n_gpus, max_model_len=length),
+                                            choice.repository)
+                                    row["launch"] = commands[key]
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
     grid["would_fit"] = would_fit(grid)
     return grid
 
 
-def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, util: float,
-                    eng: Engine, length: int, input_tokens: int, output_tokens: int,
-                    why: str) -> dict[str, Any]:
+def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, setting: float,
+                    engine: str, gpu: str, length: int, input_tokens: int, output_tokens: int,
+                    why: str, limit: str) -> dict[str, Any]:
+    g = load_gpu(gpu)
     row = dict.fromkeys(GRID_COLUMNS, math.nan)
-    row.update(model=slug, model_name=name, weights=choice.label,
+    row.update(engine=engine, model=slug, model_name=name, weights=choice.label,
                checkpoint=choice.repository, kv_dtype=kv_dtype,
-               gpu_memory_utilization=float(util), gpu=eng.gpu.slug,
-               gpu_name=eng.gpu.name, max_model_len=length, input_tokens=input_tokens,
-               output_tokens=output_tokens, n_gpus=0, limit="format", why_not=why,
+               gpu_memory_utilization=setting, gpu=g.slug,
+               gpu_name=g.name, max_model_len=length, input_tokens=input_tokens,
+               output_tokens=output_tokens, n_gpus=0, limit=limit, why_not=why,
                would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
-               band_scope="", band_n=0, band_words="")
+               band_scope="", band_n=0, band_words="", launch="")
     return row
 
 
@@ -313,14 +391,19 @@ def would_fit(grid: pd.DataFrame) -> pd.Series:
     changed (another checkpoint, KV dtype, utilization or a shorter max_model_len that still
     holds the request) on the same GPU, and every GPU of the grid that holds it unchanged
     (fewest GPUs first); "" for rows that fit."""
+    if "engine" in grid and grid["engine"].nunique() > 1:
+        raise ValueError("would_fit compares the cases of one engine: pass one engine's grid")
     keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
             "input_tokens", "output_tokens"]
-    fits = {tuple(k): int(n) for k, n in zip(grid[keys].itertuples(index=False), grid["n_gpus"])}
+    frame = grid[keys].assign(gpu_memory_utilization=grid["gpu_memory_utilization"].map(
+        fraction_key))
+    fits = {tuple(k): int(n) for k, n in zip(frame.itertuples(index=False), grid["n_gpus"])}
     names = dict(zip(grid["gpu"], grid["gpu_name"]))
-    options = {k: sorted(set(grid[k])) for k in _SETTINGS}
+    options = {k: sorted(set(frame[k]), key=lambda v: (isinstance(v, str), str(v)) if
+                         isinstance(v, str) else (False, v)) for k in _SETTINGS}
     gpus = sorted(set(grid["gpu"]))
     out = []
-    for row in grid[keys].itertuples(index=False):
+    for row in frame.itertuples(index=False):
         key = tuple(row)
         if fits[key] > 0:
             out.append("")
@@ -349,7 +432,7 @@ def _setting_words(setting: str, value: Any) -> str:
     if setting == "kv_dtype":
         return f"an {value} KV cache"
     if setting == "gpu_memory_utilization":
-        return f"gpu_memory_utilization {value:g}"
+        return f"gpu_memory_utilization {value:g}"  # vLLM's: the others run at their default
     return f"max_model_len {int(value):,}"
 
 
@@ -361,9 +444,9 @@ def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) ->
     """Chapter 7's input price (chapters/07_prefix_caching.md) for every fitting case of the grid: $ per 10⁶ input tokens at
     $1 per GPU-hour when each prompt is prefilled alone (``prefix_cost.input_cost_per_million``)
     with no prefix-cache hits (``cold``) and with ``hit_rate`` of every prompt cached
-    (``cached``). One row per model, checkpoint, KV dtype, GPU, GPU count and prompt length —
-    what the price depends on."""
-    keys = ["model", "weights", "kv_dtype", "gpu", "n_gpus", "input_tokens"]
+    (``cached``). One row per engine, model, checkpoint, KV dtype, GPU, GPU count and prompt
+    length — what the price depends on."""
+    keys = ["engine", "model", "weights", "kv_dtype", "gpu", "n_gpus", "input_tokens"]
     cases = grid[grid["n_gpus"] > 0][keys].drop_duplicates()
     formats = {(m, c.label): c.weight_format for m in cases["model"].unique()
                for c in weight_choices(m)}
@@ -372,7 +455,7 @@ def prefix_input_costs(grid: pd.DataFrame, hit_rate: float = PREFIX_HIT_RATE) ->
     rows = []
     for r in cases.itertuples(index=False):
         d = Deployment(models[r.model], gpus[r.gpu], tp=int(r.n_gpus), kv=r.kv_dtype,
-                       weights=formats[(r.model, r.weights)])
+                       weights=formats[(r.model, r.weights)], engine=r.engine)
         kw = dict(prompt_tokens=int(r.input_tokens), dollars_per_gpu_hour=1.0)
         rows.append({**r._asdict(), "cold": input_cost_per_million(d, **kw),
                      "cached": input_cost_per_million(d, hit_rate=hit_rate, **kw)})
@@ -546,22 +629,24 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                     slo: pd.DataFrame | None = None,
                     slo_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
-    (models with their checkpoints and lengths, GPUs with their market prices by kind, KV
-    dtypes, utilizations, prompt and output lengths), the error bands, the texts of the cases
-    that do not fit, and one row per grid row (``rows``, columns ``cols``: indices into the
-    choices, then the case's numbers at ``PAGE_DIGITS`` significant digits, costs at $1 per
-    GPU-hour, then indices into ``bands`` — [scope, n, median, low, high, ``band_side``, the
-    band's basis in words (``CaseBand.words``)] — and
-    into ``ttft_bands``, ``ttft`` (``calibrate.ttft_errors``) for the batch range of its batch, -1 where
-    none was measured); ``batch_limit``: ``banded_batch_limit``. ``default`` names the
-    starting choice: model, weights, kv_dtype,
-    gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
+    (engines with their memory-fraction flag and the fractions offered, None for the engine's
+    default; models with their checkpoints and lengths, GPUs with their market prices by kind,
+    KV dtypes, prompt and output lengths), the error bands, the texts of the cases that do not
+    fit and the launch commands, and one row per grid row (``rows``, columns ``cols``: indices
+    into the choices — the fraction's into its engine's — then the case's numbers at
+    ``PAGE_DIGITS`` significant digits, costs at $1 per GPU-hour, then indices into ``bands``
+    — [scope, n, median, low, high, ``band_side``, the band's basis in words
+    (``CaseBand.words``)] — and into ``ttft_bands``, ``ttft`` (``calibrate.ttft_errors``) for
+    the batch range of its batch, -1 where none was measured; then the fraction the engine
+    started with and the index of its launch command in ``texts``); ``batch_limit``:
+    ``banded_batch_limit``. ``default`` names the starting choice: engine, model, weights,
+    kv_dtype, gpu_memory_utilization, gpu, max_model_len, input_tokens, output_tokens, kind. A fitting
     row's input cost is the split of ``ServingPoint.dollars_per_million_split``, or, at batch 1
     (no other request's prompt to share the steps), its own prompt prefilled alone.
 
     ``more_gpus`` (``tp_choices``) adds rows of the same cases on more GPUs per replica (the
     page's "GPUs per replica" choice; ``prefix`` must cover them). ``slo`` (``slo_grid``) gives
-    ``slo``: the targets offered, and per case (its first nine row values joined by "|") the
+    ``slo``: the targets offered, and per case (its first ten row values joined by "|") the
     saturated rate and, for each TTFT and then each speed target, [requests/s, users in
     flight]; ``slo_error`` (in words and numbers: how far measured latencies ran from the
     simulation's) is passed through as ``slo["error"]``.
@@ -573,7 +658,10 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     model_list = list(models)
     gpus = list(dict.fromkeys(grid["gpu"]))
     kv = list(dict.fromkeys(grid["kv_dtype"]))
-    utils = sorted(set(float(u) for u in grid["gpu_memory_utilization"]))
+    engines = [e for e in PAGE_ENGINES if e in set(grid["engine"])]
+    settings = {e: sorted(set(grid.loc[grid["engine"] == e, "gpu_memory_utilization"].map(
+        fraction_key)), key=lambda v: (isinstance(v, str), 0.0 if isinstance(v, str) else v))
+        for e in engines}
     prompts = sorted(set(int(p) for p in grid["input_tokens"]))
     outputs = sorted(set(int(o) for o in grid["output_tokens"]))
     offers = market_prices()
@@ -582,34 +670,42 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     texts: dict[str, int] = {"": 0}
     bands: dict[tuple, int] = {}
     ttft_index = {label: i for i, label in enumerate(ttft["batch_range"])}
-    pre = {(r.model, r.weights, r.kv_dtype, r.gpu, int(r.n_gpus), int(r.input_tokens)):
+    pre = {(r.engine, r.model, r.weights, r.kv_dtype, r.gpu, int(r.n_gpus), int(r.input_tokens)):
            (r.cold, r.cached) for r in prefix.itertuples(index=False)}
-    index = {"model": {m: i for i, m in enumerate(model_list)}, "kv_dtype": {k: i for i, k in
+    index = {"engine": {e: i for i, e in enumerate(engines)},
+             "model": {m: i for i, m in enumerate(model_list)}, "kv_dtype": {k: i for i, k in
              enumerate(kv)}, "gpu": {g: i for i, g in enumerate(gpus)},
-             "gpu_memory_utilization": {u: i for i, u in enumerate(utils)},
+             "gpu_memory_utilization": {e: {u: i for i, u in enumerate(settings[e])}
+                                        for e in engines},
              "input_tokens": {p: i for i, p in enumerate(prompts)},
              "output_tokens": {o: i for i, o in enumerate(outputs)}}
-    columns = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
-               "input_tokens", "output_tokens", "n_gpus", "limit", "why_not", "would_fit",
-               "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words",
-               *PAGE_FIELDS]
+    columns = ["engine", "model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu",
+               "max_model_len", "input_tokens", "output_tokens", "n_gpus", "limit", "why_not",
+               "would_fit", "band_scope", "band_n", "band_median", "band_low", "band_high",
+               "band_words", "memory_fraction", "launch", *PAGE_FIELDS]
     rows = []
-    for (m, w, k, u, g, length, p, o, n, limit, why, fit, *band, ), numbers in zip(
-            zip(*(grid[c].tolist() for c in columns[:18])),
-            zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
-        key = [index["model"][m], weights[m].index(w), index["kv_dtype"][k],
-               index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
-               index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)]
+    for (e, m, w, k, u, g, length, p, o, n, limit, why, fit, *band, fraction, launch), \
+            numbers in zip(zip(*(grid[c].tolist() for c in columns[:21])),
+                           zip(*(grid[c].tolist() for c in PAGE_FIELDS))):
+        key = [index["engine"][e], index["model"][m], weights[m].index(w), index["kv_dtype"][k],
+               index["gpu_memory_utilization"][e][fraction_key(u)], index["gpu"][g],
+               int(length), index["input_tokens"][int(p)], index["output_tokens"][int(o)],
+               int(n)]
         if n > 0:
-            cold, cached = pre[(m, w, k, g, int(n), int(p))]
+            cold, cached = pre[(e, m, w, k, g, int(n), int(p))]
             batch = int(numbers[PAGE_FIELDS.index("batch")])
             rows.append(key + [_sig(x) for x in numbers]
                         + [bands.setdefault(tuple(band), len(bands)), _sig(cold), _sig(cached),
-                           ttft_index.get(calibrate.batch_range(batch), -1)])
+                           ttft_index.get(calibrate.batch_range(batch), -1), _sig(fraction),
+                           texts.setdefault(launch, len(texts))])
         else:
             rows.append(key + [limit, texts.setdefault(why, len(texts)),
                                texts.setdefault(fit, len(texts))])
     return {
+        "engines": [{"slug": e, "name": ENGINE_NAMES[e], "flag": FRACTION_FLAGS[e][0],
+                     "share": FRACTION_FLAGS[e][1],
+                     "settings": [None if v == "default" else v for v in settings[e]]}
+                    for e in engines],
         "models": [{"slug": m, "name": load_model(m).name,
                     "max_model_len": derived_max_model_len(load_model(m)),
                     "lengths": sorted(set(int(n) for n in grid.loc[grid["model"] == m,
@@ -623,7 +719,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                                       "basis": o.basis, "low": o.low, "high": o.high}
                              for o in offers[offers["gpu"] == g].itertuples()}} for g in gpus],
         "kinds": list(dict.fromkeys(PRICING_KINDS.values())),
-        "kv_dtypes": kv, "utilizations": utils, "prompts": prompts, "outputs": outputs,
+        "kv_dtypes": kv, "prompts": prompts, "outputs": outputs,
         "hit_rate": hit_rate,
         "bands": [[scope, int(n), _sig(med), _sig(low), _sig(high), band_side(low, high), words]
                   for scope, n, med, low, high, words in bands],
@@ -631,9 +727,9 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                        for r in ttft.itertuples()],
         "batch_limit": calibrate.banded_batch_limit(),
         "texts": list(texts),
-        "cols": ["model", "weights", "kv_dtype", "utilization", "gpu", "max_model_len",
-                 "prompt", "output", "n_gpus", *PAGE_FIELDS, "band", "prefix_cold",
-                 "prefix_cached", "ttft_band"],
+        "cols": ["engine", "model", "weights", "kv_dtype", "utilization", "gpu",
+                 "max_model_len", "prompt", "output", "n_gpus", *PAGE_FIELDS, "band",
+                 "prefix_cold", "prefix_cached", "ttft_band", "memory_fraction", "launch"],
         "rows": rows,
         "default": dict(default),
         "slo": None if slo is None else _slo_data(slo, index, weights, slo_error),
@@ -647,13 +743,12 @@ def _slo_data(slo: pd.DataFrame, index: Mapping[str, Mapping[Any, int]],
     ttfts = sorted(set(float(t) for t in slo.loc[slo["bound"] == "ttft", "target"]))
     speeds = sorted(set(float(t) for t in slo.loc[slo["bound"] == "speed", "target"]))
     cases: dict[str, list[Any]] = {}
-    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
-            "input_tokens", "output_tokens", "n_gpus"]
-    for case, group in slo.groupby(keys, sort=False):
-        m, w, k, u, g, length, p, o, n = case
+    keys = list(SLO_CASE_KEYS)
+    for case, group in slo.groupby(keys, sort=False, dropna=False):
+        e, m, w, k, u, g, length, p, o, n = case
         key = "|".join(str(x) for x in (
-            index["model"][m], weights[m].index(w), index["kv_dtype"][k],
-            index["gpu_memory_utilization"][float(u)], index["gpu"][g], int(length),
+            index["engine"][e], index["model"][m], weights[m].index(w), index["kv_dtype"][k],
+            index["gpu_memory_utilization"][e][fraction_key(u)], index["gpu"][g], int(length),
             index["input_tokens"][int(p)], index["output_tokens"][int(o)], int(n)))
         by = {(b, float(t)): (r, c) for b, t, r, c in zip(group["bound"], group["target"],
                                                            group["rate_rps"],
@@ -692,27 +787,36 @@ def slo_covered(slo: pd.DataFrame) -> str:
 
 
 def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd.DataFrame:
-    """The grid's fitting rows at ``gpu_memory_utilization`` again on every larger degree of
-    ``TP_DEGREES`` vLLM runs the model on (the grid holds the fewest GPUs that fit): the
-    reader's choice of GPUs per replica. Columns ``GRID_COLUMNS``."""
-    base = grid[(grid["n_gpus"] > 0)
-                & (grid["gpu_memory_utilization"] == gpu_memory_utilization)]
+    """The grid's fitting rows again on every larger degree of ``TP_DEGREES`` their engine runs
+    the model on (the grid holds the fewest GPUs that fit): the reader's choice of GPUs per
+    replica. vLLM's rows at ``gpu_memory_utilization``, the other engines' at their default
+    fraction. Columns ``GRID_COLUMNS``."""
+    setting = grid["gpu_memory_utilization"].map(fraction_key)
+    base = grid[(grid["n_gpus"] > 0) & ((setting == float(gpu_memory_utilization))
+                                        | (grid["engine"] != "vllm") & (setting == "default"))]
     limit = calibrate.banded_batch_limit()
     formats = {(m, c.label): c for m in base["model"].unique() for c in weight_choices(m)}
     models = {m: load_model(m) for m in base["model"].unique()}
     rows = []
-    keys = ["model", "weights", "kv_dtype", "gpu"]
-    for (slug, w, kv, gpu), group in base.groupby(keys, sort=False):
+    keys = ["engine", "model", "weights", "kv_dtype", "gpu"]
+    for (engine, slug, w, kv, gpu), group in base.groupby(keys, sort=False):
         choice = formats[(slug, w)]
+        util = gpu_memory_utilization if engine == "vllm" else None
         eng = Engine(Deployment(models[slug], gpu, weights=choice.weight_format, kv=kv,
-                                gpu_memory_utilization=gpu_memory_utilization),
+                                gpu_memory_utilization=util, engine=engine),
                      tp_degrees=TP_DEGREES)
+        commands: dict[tuple[int, int], str] = {}
         for r in group.itertuples(index=False):
+            length = int(r.max_model_len)
             for tp in (t for t in TP_DEGREES if t > r.n_gpus and eng.runs_on(t)):
                 point = eng.point(int(r.input_tokens), int(r.output_tokens),
-                                  max_model_len=int(r.max_model_len), n_gpus=tp)
+                                  max_model_len=length, n_gpus=tp)
+                if (tp, length) not in commands:
+                    commands[(tp, length)] = launch_text(
+                        eng.deployment.with_(tp=tp, max_model_len=length), choice.repository)
                 row = _row(point, choice, models[slug], limit)
-                row.update(model=slug, would_fit="")
+                row.update(model=slug, would_fit="", launch=commands[(tp, length)],
+                           gpu_memory_utilization=math.nan if util is None else float(util))
                 rows.append(row)
     return pd.DataFrame(rows, columns=GRID_COLUMNS)
 
@@ -730,6 +834,11 @@ SLO_REQUESTS = (100, 300)
 DUTY_CYCLES = (1.0, 0.5, 1 / 3, 0.25, 0.1)
 
 
+#: What identifies a latency case (``slo_grid``'s first columns).
+SLO_CASE_KEYS = ("engine", "model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu",
+                 "max_model_len", "input_tokens", "output_tokens", "n_gpus")
+
+
 def slo_requests(batch: int) -> int:
     """Requests simulated for a case whose pool holds ``batch`` (``SLO_REQUESTS``)."""
     lo, hi = SLO_REQUESTS
@@ -743,8 +852,8 @@ def slo_grid(cases: pd.DataFrame, *, ttfts_s: Sequence[float] = SLO_TTFTS_S,
     row's lengths, seeded) with p99 TTFT within each of ``ttfts_s`` and, separately, with the
     median time per output token within 1 ÷ each of ``speeds``. Latency grows with the rate,
     so a target of both is met up to the lower of its two rates. One row per case and bound:
-    the case's keys (model, weights, kv_dtype, gpu_memory_utilization, gpu, max_model_len,
-    input_tokens, output_tokens, n_gpus), ``bound`` ("ttft" or "speed"), ``target`` (s or
+    the case's keys (engine, model, weights, kv_dtype, gpu_memory_utilization, gpu,
+    max_model_len, input_tokens, output_tokens, n_gpus), ``bound`` ("ttft" or "speed"), ``target`` (s or
     tokens/s), ``rate_rps``, ``saturated_rps``, ``concurrency`` (users in flight at that
     rate, Little's law), ``n_requests`` and ``tolerance``."""
     ttfts = [number("TTFT target (s)", t, positive=True) for t in ttfts_s]
@@ -752,16 +861,16 @@ def slo_grid(cases: pd.DataFrame, *, ttfts_s: Sequence[float] = SLO_TTFTS_S,
     slos = ([SLO(ttft_s=t, percentile=SLO_TTFT_PERCENTILE) for t in ttfts]
             + [SLO(tpot_s=1 / s, percentile=SLO_TPOT_PERCENTILE) for s in speed_list])
     targets = [("ttft", t) for t in ttfts] + [("speed", s) for s in speed_list]
-    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len",
-            "input_tokens", "output_tokens", "n_gpus"]
+    keys = list(SLO_CASE_KEYS)
     fitting = cases[cases["n_gpus"] > 0]
     formats = {(m, c.label): c.weight_format for m in fitting["model"].unique()
                for c in weight_choices(m)}
     rows = []
     for r in fitting.itertuples(index=False):
+        setting = fraction_key(r.gpu_memory_utilization)
         d = Deployment(r.model, r.gpu, tp=int(r.n_gpus), weights=formats[(r.model, r.weights)],
-                       kv=r.kv_dtype, gpu_memory_utilization=float(r.gpu_memory_utilization),
-                       max_model_len=int(r.max_model_len))
+                       kv=r.kv_dtype, engine=r.engine, max_model_len=int(r.max_model_len),
+                       gpu_memory_utilization=None if setting == "default" else setting)
         n = slo_requests(int(r.batch))
         requests = np.tile([int(r.input_tokens), int(r.output_tokens)], (n, 1))
         caps = max_rates_at_slos(d, requests, slos, seed=seed)
@@ -791,7 +900,7 @@ def at_target(slo: pd.DataFrame, *, ttft_s: float, speed: float, peak_rps: float
     for bound, value in (("ttft", ttft), ("speed", per_user)):
         if not (slo.loc[slo["bound"] == bound, "target"] == value).any():
             raise ValueError(f"no {bound} target {value:g} in the latency grid")
-    keys = [c for c in slo.columns[:9]]
+    keys = list(SLO_CASE_KEYS)
     by_t = slo[(slo["bound"] == "ttft") & (slo["target"] == ttft)].set_index(keys)
     by_s = slo[(slo["bound"] == "speed") & (slo["target"] == per_user)].set_index(keys)
     both = by_t[["rate_rps", "concurrency"]].join(
