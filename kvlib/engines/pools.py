@@ -64,7 +64,8 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
     a page; waste_share = waste_tokens ÷ ``context_tokens``; concurrency, requests of
     ``context_tokens`` tokens the pool holds; max_running, the engine's default cap on running
     requests (vLLM ``max_num_seqs``, SGLang ``--max-running-requests``, TensorRT-LLM
-    ``max_batch_size``). An engine left no KV memory gets 0 tokens and 0 concurrency.
+    ``max_batch_size``). An engine that would not start (``NoKVMemory``) keeps its row, with 0
+    tokens and 0 concurrency.
     """
     base = as_deployment(deployment, gpu, **keywords)
     context = positive_integer("context_tokens", context_tokens)
