@@ -261,7 +261,8 @@ class SGLangPool:
         """What ran out, in one line, in SGLang's terms ("" when the pool holds a page), each
         where SGLang refuses to start: the weights reach f·F, the free memory F less the reserve
         F·(1 − f) (``_profile_available_bytes``: "Loaded weights leave no GPU memory for the KV
-        cache", with the least fraction weights ÷ F rounded up to 0.001); the rest leaves no
+        cache", with the least fraction weights ÷ F rounded up to 0.001; for a hybrid its state
+        check may speak first); the rest leaves no
         recurrent-state slot (``_handle_max_mamba_cache``) or no running request for the slots
         (``_resolve_max_num_reqs``); or it holds no page (``MemoryPoolConfig``: "Not enough
         memory. Please try to increase --mem-fraction-static.")."""
@@ -281,13 +282,13 @@ class SGLangPool:
             return (f"the recurrent state's share of the rest memory, {r:g}/(1 + {r:g}) × "
                     f"{rest / GIB:.2f} GiB per GPU, holds no slot of "
                     f"{self.state_bytes_per_request / GIB:.3f} GiB beside the spare one: SGLang "
-                    "would refuse to start (\"Not enough GPU memory for hybrid state cache\"; "
-                    "increase --mem-fraction-static)")
+                    "would refuse to start (\"Not enough GPU memory for hybrid "
+                    "(mamba/linear-attention) state cache\"; increase --mem-fraction-static)")
         if self.state_bytes_per_request and self.max_running_requests == 0:
             return (f"{self.state_slots} recurrent-state slots per GPU serve no request "
                     f"({MAMBA_SLOTS_PER_REQUEST} slots each): SGLang would refuse to start "
-                    "(\"Hybrid state cache is too small to serve any requests\"; increase "
-                    "--mem-fraction-static)")
+                    "(\"Hybrid (mamba/linear-attention) state cache is too small to serve any "
+                    "requests\"; increase --mem-fraction-static)")
         if self.num_blocks <= 0:
             left = max(rest - self.state_bytes, 0)
             return (f"rest memory {left:,} B per GPU holds no {self.page_size}-token page of "
