@@ -309,7 +309,19 @@ def test_error_per_engine_against_the_logs():
     errors = validation.engine_pool_validation().dropna(subset=["error"]).groupby(
         ["engine", "check"])["error"].agg(["count", "median"])
     print("\nkvlib's pool against the logs, per engine:\n", errors)
-    assert ("tensorrt-llm", "full") not in errors.index  # no TensorRT-LLM log names model and GPU
+    # el44 (TensorRT-LLM#6294, Llama-3.1-8B-Instruct-FP8 on one H100 PCIe, 0.20.0, fraction 0.8,
+    # max_num_tokens 23,552): the cell 32 · 8 · 128 · 2 · 1 B = 65,536 B turns the logged
+    # 52.51 GiB into ⌊860,323.8⌋ = 860,323 tokens against 860,320 logged …
+    assert abs(v.loc[("el44", "KV tokens from logged KV memory"), "error"]) < 1e-5
+    # … and the whole pool, 0.8 · (85,899,345,920 of datasheet memory − 9,081,200,640 of fp8
+    # weights − 2,585,368,985 of activations (1.675 · 23,552 · 32,768 · 2) − 805,306,368
+    # non-torch) = 58,741,975,941 B → 896,331 tokens → 28,011 blocks = 896,352 tokens, is 4.19 %
+    # above the log: reported, not fitted (the CUDA total of an H100 PCIe, which gpus.csv lacks,
+    # is below the 80 GiB used, and the log prints no profiling peak to split the rest)
+    trt = v.loc[("el44", "KV tokens")]
+    assert trt["predicted"] == 896_352 and trt["logged"] == 860_320
+    assert 0.041 < trt["error"] < 0.043
+    assert errors.loc[("tensorrt-llm", "full"), "count"] == 2  # K+V memory and tokens of el44
 
 
 def test_el37_running_requests_and_el38_failure():

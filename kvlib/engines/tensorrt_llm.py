@@ -26,7 +26,8 @@ cannot:** the activation peak of a ``max_num_tokens``-token forward is vLLM's ca
 term (``capacity.VLLM.forward_factor`` × ``max_num_tokens`` × the widest per-token activation ×
 2 bytes; ``capacity.activation_width``) — the same PyTorch forward over the same token count,
 but a factor fitted on vLLM's start-up logs, not on TensorRT-LLM's, for which no public log with
-the profiling line and a known model was found; the memory outside torch is vLLM's calibrated
+the profiling line and a known model was found (el44 of ``data/engine_logs.csv`` gives the
+resulting pool only, checked in ``kvlib.fit.validation.engine_pool_validation``); the memory outside torch is vLLM's calibrated
 non-torch terms by the tensor-parallel group's link, vLLM's rule (``Overheads.non_torch_for``,
 ``capacity.tp_link``): ``non_torch_bytes``, plus at TP > 1 ``non_torch_tp_bytes`` over NVLink /
 NVSwitch / xGMI or ``non_torch_tp_pcie_bytes`` (0 in ``capacity.VLLM``) over PCIe — that
