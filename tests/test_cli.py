@@ -171,6 +171,15 @@ def test_fit_and_cost_print_the_launch_command():
                              "int4-g128").stdout
 
 
+def test_fit_says_why_sglang_and_tensorrt_llm_would_not_start():
+    # Llama-3.1-70B bf16 on one H100: 131.42 GiB of weights, in each engine's own terms
+    for engine, words in (("sglang", "SGLang would refuse to start"),
+                          ("tensorrt-llm", "≥ device total 79.22 GiB per GPU")):
+        data = json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--engine", engine,
+                              "--json").stdout)
+        assert data["fits"] is False and words in data["does_not_fit"], data
+
+
 def test_fit_tensor_parallel_and_no_fit():
     data = json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "4", "--json").stdout)
     per_token = 2 * 80 * (8 // 4) * 128 * 2  # 80 layers, 2 of the 8 KV heads per GPU: 81,920 B

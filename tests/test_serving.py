@@ -72,6 +72,17 @@ def test_each_engine_serves_from_its_own_pool():
         "mem_fraction_static 0.818" in big.why_not()
 
 
+@pytest.mark.parametrize("engine, weights", [("sglang", "fp8"), ("tensorrt-llm", "bf16")])
+def test_an_engine_that_would_not_start_does_not_fit(engine, weights):
+    # Llama-3.1-70B on one H100: SGLang's 66.15 GiB hold no 67.67 GiB of fp8 weights, the
+    # 79.22 GiB device no 131.42 GiB of bf16 ones — the answer vLLM's refusal gives
+    keywords = dict(engine=engine, weights=weights, input_tokens=1000, output_tokens=200)
+    with pytest.raises(DoesNotFit, match="the weights alone"):
+        serving_point("llama-3.1-70b", "h100-sxm", n_gpus=1, **keywords)
+    point = serving_point("llama-3.1-70b", "h100-sxm", tp_degrees=(1,), **keywords)
+    assert (point.fits, point.limit, point.n_gpus, point.batch) == (False, "weights", 0, 0)
+
+
 def test_refusals_are_typed():
     with pytest.raises(DoesNotFit) as exc:
         serving_point("llama-3.1-70b", "h100-sxm", input_tokens=2048, output_tokens=512, n_gpus=1)

@@ -121,20 +121,15 @@ def tp_link(gpu: GPU, tp: int) -> str | None:
 
 
 class NoKVMemory(ValueError):
-    """The budget holds no KV cache: weights + activations + non-torch memory (+ CUDA graphs)
-    reach ``gpu_memory_utilization`` × memory on one GPU, so vLLM refuses to start ("No
-    available memory for the cache blocks"). ``pool`` keeps every term of the arithmetic."""
+    """The engine's budget holds no KV cache, so it refuses to start: raised by every engine's
+    ``kv_pool`` (vLLM's ``Pool``, SGLang's ``SGLangPool``, TensorRT-LLM's ``TensorRTLLMPool``)
+    when the pool's ``shortfall()`` names what ran out. ``pool`` keeps every term of the
+    arithmetic; ``terms`` is that shortfall, one line in the engine's own terms (GiB per GPU)."""
 
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Any) -> None:
         self.pool = pool
-        graphs = (f" + CUDA graphs {pool.cuda_graph_bytes / GIB:.2f} GiB"
-                  if pool.cuda_graph_bytes else "")
         #: What ran out, in one line: the terms against the budget (GiB per GPU).
-        self.terms = (f"weights {pool.weights_bytes_per_gpu / GIB:.2f} GiB + activations "
-                      f"{pool.activation_peak_bytes / GIB:.2f} GiB + non-torch "
-                      f"{pool.non_torch_bytes / GIB:.2f} GiB{graphs} ≥ "
-                      f"{pool.gpu_memory_utilization:g} × {pool.total_memory_bytes / GIB:.2f} GiB"
-                      f" = {pool.budget_bytes / GIB:.2f} GiB per GPU")
+        self.terms = pool.shortfall()
         super().__init__(f"{pool.model} on {pool.n_gpus} × {pool.gpu}: no memory left for the "
                          f"KV cache — {self.terms}")
 
@@ -363,9 +358,25 @@ class Pool:
         return sum(math.ceil(g.layers / self.layers_per_group) * n
                    for g, n in zip(self.groups, pages))
 
+    def shortfall(self) -> str:
+        """What ran out, in one line ("" while memory is left for the KV cache): weights,
+        activations, non-torch memory (and CUDA graphs) reach ``gpu_memory_utilization`` ×
+        memory on one GPU, where vLLM refuses to start ("No available memory for the cache
+        blocks")."""
+        if self.available_kv_bytes > 0:
+            return ""
+        graphs = (f" + CUDA graphs {self.cuda_graph_bytes / GIB:.2f} GiB"
+                  if self.cuda_graph_bytes else "")
+        return (f"weights {self.weights_bytes_per_gpu / GIB:.2f} GiB + activations "
+                f"{self.activation_peak_bytes / GIB:.2f} GiB + non-torch "
+                f"{self.non_torch_bytes / GIB:.2f} GiB{graphs} ≥ "
+                f"{self.gpu_memory_utilization:g} × {self.total_memory_bytes / GIB:.2f} GiB"
+                f" = {self.budget_bytes / GIB:.2f} GiB per GPU")
+
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once (vLLM's "Maximum
-        concurrency for N tokens per request"): one data-parallel rank's."""
+        concurrency for N tokens per request"): one data-parallel rank's (0 without blocks:
+        a refused pool, or a model that caches nothing)."""
         if self.num_blocks <= 0:
             return 0.0
         return self.num_blocks / self.blocks_per_request(context_tokens)
@@ -477,7 +488,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
         raise TypeError(f"overheads must be an Overheads, got {type(overheads)!r}")
     stages = stage_pools(d, overheads=overheads, weights_bytes_per_gpu=weights_bytes_per_gpu)
     pool = min(stages, key=lambda p: (p.num_blocks, p.stage))
-    if pool.available_kv_bytes <= 0:  # vLLM v1/core/kv_cache_planning.py refuses ≤ 0 too
+    if pool.shortfall():  # available ≤ 0: vLLM v1/core/kv_cache_planning.py refuses it too
         raise NoKVMemory(pool)
     return pool
 

@@ -64,7 +64,8 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
     a page; waste_share = waste_tokens ÷ ``context_tokens``; concurrency, requests of
     ``context_tokens`` tokens the pool holds; max_running, the engine's default cap on running
     requests (vLLM ``max_num_seqs``, SGLang ``--max-running-requests``, TensorRT-LLM
-    ``max_batch_size``). An engine left no KV memory gets 0 tokens and 0 concurrency.
+    ``max_batch_size``). An engine that would not start (``NoKVMemory``) keeps its row, with 0
+    tokens and 0 concurrency.
     """
     base = as_deployment(deployment, gpu, **keywords)
     context = positive_integer("context_tokens", context_tokens)
@@ -74,7 +75,7 @@ def engine_comparison(deployment: Deployment | Model | str, gpu: GPU | str | Non
     for engine in ("vllm", "sglang", "tensorrt-llm"):
         try:
             p = kv_pool(base.with_(engine=engine))
-        except NoKVMemory as refused:  # vLLM would not start: a row with no pool
+        except NoKVMemory as refused:  # the engine would not start: a row with no pool
             p = refused.pool
         fraction = {"vllm": getattr(p, "gpu_memory_utilization", None),
                     "sglang": getattr(p, "mem_fraction_static", None),
@@ -108,6 +109,17 @@ class EngineStart:
     prompt_tokens_only: bool
     memory_fraction: float
 
+    @classmethod
+    def of(cls, p: AnyPool) -> "EngineStart":
+        """The start of the engine whose pool ``p`` is, also of a refused one (the pool of a
+        ``NoKVMemory``: SGLang's running cap is then 0)."""
+        if isinstance(p, SGLangPool):
+            return cls(p, p.max_running_requests or 0, p.chunked_prefill_size, True,
+                       p.mem_fraction_static)
+        if isinstance(p, TensorRTLLMPool):
+            return cls(p, p.max_batch_size, p.max_num_tokens, False, p.free_gpu_memory_fraction)
+        return cls(p, p.max_num_seqs, p.max_num_batched_tokens, False, p.gpu_memory_utilization)
+
     def step_tokens(self, decodes: int) -> int:
         """Tokens a step with ``decodes`` running requests may carry in all."""
         return self.max_batched_tokens + (decodes if self.prompt_tokens_only else 0)
@@ -117,14 +129,6 @@ def engine_start(deployment: Deployment | Model | str, gpu: GPU | str | None = N
                  **keywords: Any) -> EngineStart:
     """The deployment's own engine as it starts (public API): its pool (``kv_pool``) and the
     limits it runs under, each that engine's default where the deployment leaves it ``None``
-    (SGLang's ``max_running_requests`` depends on the deployment's ``max_model_len``)."""
-    d = as_deployment(deployment, gpu, **keywords)
-    p = kv_pool(d)
-    if isinstance(p, SGLangPool):
-        return EngineStart(p, p.max_running_requests or 0, p.chunked_prefill_size, True,
-                           p.mem_fraction_static)
-    if isinstance(p, TensorRTLLMPool):
-        return EngineStart(p, p.max_batch_size, p.max_num_tokens, False,
-                           p.free_gpu_memory_fraction)
-    return EngineStart(p, p.max_num_seqs, p.max_num_batched_tokens, False,
-                       p.gpu_memory_utilization)
+    (SGLang's ``max_running_requests`` depends on the deployment's ``max_model_len``).
+    ``NoKVMemory`` where the engine would not start (``EngineStart.of`` its pool)."""
+    return EngineStart.of(kv_pool(as_deployment(deployment, gpu, **keywords)))

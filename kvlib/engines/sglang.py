@@ -28,7 +28,11 @@ SGLang (``python -m sglang.launch_server --tp T --mem-fraction-static f``) does,
    (kv_lora_rank + rope dim) × layers × element bytes, *not* divided by TP;
 5. **``--max-running-requests``** when not given (``resolve_max_num_reqs``):
    min(clamp(⌊tokens / context_len · 512⌋, 2048, 4096), tokens // 2); a given value is capped at
-   tokens // 2; hybrids also at slots // 3 (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``).
+   tokens // 2; hybrids also at slots // 3 (``MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO``);
+6. **refusals**: SGLang does not start when the rest memory is ≤ 0 ("Loaded weights leave no GPU
+   memory for the KV cache"), when no state slot or running request is left for a hybrid, or
+   when ``max_total_num_tokens`` is 0 ("Not enough memory. Please try to increase
+   --mem-fraction-static."); ``kv_pool`` raises ``capacity.NoKVMemory`` there, as vLLM's does.
 
 What kvlib assumes: F is the total the CUDA runtime reports (``GPU.usable_memory_bytes``) — the
 CUDA context and NCCL buffers created before the weights load (a few hundred MiB) are not
@@ -56,7 +60,7 @@ from ..hardware.gpus import GPU, resolve_gpu
 from ..model.formats import KVFormat
 from ..model.model import Model
 from ..model.weights import loaded_weights
-from .capacity import refuse_parallel, check_max_model_len, derived_max_model_len
+from .capacity import NoKVMemory, check_max_model_len, derived_max_model_len, refuse_parallel
 
 #: The SGLang release these rules were read in (the PyPI wheel).
 SGLANG_VERSION = ENGINE_VERSIONS["sglang"]
@@ -124,7 +128,7 @@ def default_mem_fraction_static(gpu: GPU | str, tp: int = 1, *,
 def rest_memory_bytes(free_before_weights_bytes: int, weights_bytes: int,
                       mem_fraction_static: float) -> int:
     """SGLang's memory for the static pools after the weights (bytes): F − weights −
-    F·(1 − f) (``_profile_available_bytes``); negative: SGLang refuses to start ("Loaded weights
+    F·(1 − f) (``_profile_available_bytes``); ≤ 0: SGLang refuses to start ("Loaded weights
     leave no GPU memory for the KV cache")."""
     free = integer("free_before_weights_bytes", free_before_weights_bytes, 0)
     return free - integer("weights_bytes", weights_bytes, 0) - round(free * (1 - mem_fraction_static))
@@ -180,8 +184,9 @@ class SGLangPool:
     """SGLang's KV pool for one deployment, every term in bytes per GPU.
 
     free_before_weights_bytes: F; reserve_bytes = F·(1 − f); available_kv_bytes = F − weights
-    − reserve (SGLang's rest memory; negative: the engine refuses to start); state_bytes: the
-    recurrent-state slots carved first (hybrids); kv_bytes_per_gpu = tokens × cell.
+    − reserve (SGLang's rest memory); state_bytes: the recurrent-state slots carved first
+    (hybrids); kv_bytes_per_gpu = tokens × cell. ``kv_pool`` raises ``NoKVMemory`` where SGLang
+    would refuse to start (``shortfall``); the pool it keeps holds no tokens.
     """
 
     model: str
@@ -204,6 +209,7 @@ class SGLangPool:
     max_total_num_tokens: int
     max_running_requests: int | None
     context_len: int | None
+    mamba_full_memory_ratio: float = MAMBA_FULL_MEMORY_RATIO
     engine: str = "sglang"
     engine_version: str = SGLANG_VERSION
 
@@ -214,15 +220,13 @@ class SGLangPool:
 
     @property
     def available_kv_bytes(self) -> int:
-        """SGLang's rest memory: F − weights − reserve (may be negative)."""
+        """SGLang's rest memory: F − weights − reserve (≤ 0 only in a ``NoKVMemory``)."""
         return self.free_before_weights_bytes - self.weights_bytes_per_gpu - self.reserve_bytes
 
     @property
     def state_bytes(self) -> int:
-        """The recurrent-state pool: (slots + 1) × state per request (0 without state)."""
-        if not self.state_bytes_per_request or self.available_kv_bytes <= 0:
-            return 0
-        return (self.state_slots + 1) * self.state_bytes_per_request
+        """The recurrent-state pool: (slots + 1) × state per request (0 without slots)."""
+        return (self.state_slots + 1) * self.state_bytes_per_request if self.state_slots else 0
 
     @property
     def tokens(self) -> int:
@@ -253,11 +257,48 @@ class SGLangPool:
         """Pages one request of ``context_tokens`` tokens takes."""
         return -(-positive_integer("context_tokens", context_tokens) // self.page_size)
 
+    def shortfall(self) -> str:
+        """What ran out, in one line, in SGLang's terms ("" when the pool holds a page), each
+        where SGLang refuses to start: the weights reach f·F, the free memory F less the reserve
+        F·(1 − f) (``_profile_available_bytes``: "Loaded weights leave no GPU memory for the KV
+        cache", with the least fraction weights ÷ F rounded up to 0.001; for a hybrid its state
+        check may speak first); the rest leaves no
+        recurrent-state slot (``_handle_max_mamba_cache``) or no running request for the slots
+        (``_resolve_max_num_reqs``); or it holds no page (``MemoryPoolConfig``: "Not enough
+        memory. Please try to increase --mem-fraction-static.")."""
+        f, free = self.mem_fraction_static, self.free_before_weights_bytes
+        rest = self.available_kv_bytes
+        if rest <= 0:
+            least = math.ceil(min_mem_fraction_static(free, self.weights_bytes_per_gpu) * 1000)
+            advice = (f"--mem-fraction-static above {least / 1000:.3f} holds them" if least < 1000
+                      else "they exceed the free memory itself")
+            return (f"weights {self.weights_bytes_per_gpu / GIB:.2f} GiB ≥ free memory "
+                    f"{free / GIB:.2f} GiB − reserve {self.reserve_bytes / GIB:.2f} GiB "
+                    f"(1 − mem_fraction_static {f:g} of it) = "
+                    f"{(free - self.reserve_bytes) / GIB:.2f} GiB per GPU: SGLang would refuse to "
+                    f"start (\"Loaded weights leave no GPU memory for the KV cache\"; {advice})")
+        if self.state_bytes_per_request and self.state_slots <= 0:
+            r = self.mamba_full_memory_ratio
+            return (f"the recurrent state's share of the rest memory, {r:g}/(1 + {r:g}) × "
+                    f"{rest / GIB:.2f} GiB per GPU, holds no slot of "
+                    f"{self.state_bytes_per_request / GIB:.3f} GiB beside the spare one: SGLang "
+                    "would refuse to start (\"Not enough GPU memory for hybrid "
+                    "(mamba/linear-attention) state cache\"; increase --mem-fraction-static)")
+        if self.state_bytes_per_request and self.max_running_requests == 0:
+            return (f"{self.state_slots} recurrent-state slots per GPU serve no request "
+                    f"({MAMBA_SLOTS_PER_REQUEST} slots each): SGLang would refuse to start "
+                    "(\"Hybrid (mamba/linear-attention) state cache is too small to serve any "
+                    "requests\"; increase --mem-fraction-static)")
+        if self.num_blocks <= 0:
+            left = max(rest - self.state_bytes, 0)
+            return (f"rest memory {left:,} B per GPU holds no {self.page_size}-token page of "
+                    f"{self.page_size * self.cell_bytes:,} B: SGLang would refuse to start "
+                    "(\"Not enough memory. Please try to increase --mem-fraction-static.\")")
+        return ""
+
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once (and, for hybrids, no
         more than their state slots allow)."""
-        if self.num_blocks <= 0:
-            return 0.0
         held = self.num_blocks / self.pages_per_request(context_tokens)
         if self.state_bytes_per_request:
             held = min(held, float(self.state_slots))
@@ -297,7 +338,9 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     ``--chunked-prefill-size`` (None: the GPU's bucket), ``max_num_seqs`` →
     ``--max-running-requests``, ``block_size`` → ``--page-size`` (None: 1), ``max_model_len`` →
     ``--context-length`` (None: the model's own). weights_bytes_per_gpu / free_before_weights_bytes
-    override the computed weights and F (e.g. with a log's "mem usage" and "avail mem")."""
+    override the computed weights and F (e.g. with a log's "mem usage" and "avail mem").
+    ``NoKVMemory`` (its ``terms`` in SGLang's words, ``SGLangPool.shortfall``) where SGLang would
+    refuse to start: the weights fill f·F, or the rest holds no page or state slot."""
     d = as_deployment(deployment, gpu, **keywords)
     refuse_parallel(d, "SGLang")
     m, g = d.model, d.gpu
@@ -335,22 +378,23 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
         if not 0 < mamba_full_memory_ratio:
             raise ValueError(f"mamba_full_memory_ratio must be > 0, got {mamba_full_memory_ratio!r}")
         budget = rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)
-        slots = int((budget - state) // state)
-        if slots <= 0:
-            raise ValueError(f"{m.name}: no room for one recurrent-state slot on {g.slug} "
-                             f"(SGLang refuses to start)")
-        rest -= (slots + 1) * state
+        slots = max(int((budget - state) // state), 0)  # none: refused below
+        rest = rest - (slots + 1) * state if slots else 0
     tokens = max(rest, 0) // cell // page * page
     running = None
     if context_len is not None and tokens:
         running = default_max_running_requests(tokens, context_len, d.max_num_seqs)
         if state:
             running = min(running, slots // MAMBA_SLOTS_PER_REQUEST)
-    return SGLangPool(model=m.name, gpu=g.slug, n_gpus=tp, mem_fraction_static=fraction,
+    pool = SGLangPool(model=m.name, gpu=g.slug, n_gpus=tp, mem_fraction_static=fraction,
                       mem_fraction_source=source, weight_dtype=d.weights.label,
                       kv_dtype=d.kv_name, chunked_prefill_size=chunk,
                       decode_graph_max_bs=graph_bs, free_before_weights_bytes=free,
                       weights_bytes_per_gpu=weights, weights_basis=basis, cell_bytes=cell,
                       attention_layers=layers, state_bytes_per_request=state,
                       state_slots=slots, page_size=page, max_total_num_tokens=int(tokens),
-                      max_running_requests=running, context_len=context_len)
+                      max_running_requests=running, context_len=context_len,
+                      mamba_full_memory_ratio=mamba_full_memory_ratio)
+    if pool.shortfall():
+        raise NoKVMemory(pool)
+    return pool

@@ -26,13 +26,18 @@ cannot:** the activation peak of a ``max_num_tokens``-token forward is vLLM's ca
 term (``capacity.VLLM.forward_factor`` × ``max_num_tokens`` × the widest per-token activation ×
 2 bytes; ``capacity.activation_width``) — the same PyTorch forward over the same token count,
 but a factor fitted on vLLM's start-up logs, not on TensorRT-LLM's, for which no public log with
-the profiling line and a known model was found; the memory outside torch is vLLM's calibrated
-non-torch terms (``non_torch_bytes``, plus ``non_torch_tp_bytes`` when TP > 1); CUDA graphs
+the profiling line and a known model was found (el44 of ``data/engine_logs.csv`` gives the
+resulting pool only, checked in ``kvlib.fit.validation.engine_pool_validation``); the memory outside torch is vLLM's calibrated
+non-torch terms by the tensor-parallel group's link, vLLM's rule (``Overheads.non_torch_for``,
+``capacity.tp_link``): ``non_torch_bytes``, plus at TP > 1 ``non_torch_tp_bytes`` over NVLink /
+NVSwitch / xGMI or ``non_torch_tp_pcie_bytes`` (0 in ``capacity.VLLM``) over PCIe — that
+TensorRT-LLM's all-reduce buffers follow the link as vLLM's do is assumed, not measured; CUDA graphs
 captured during the warm-up add nothing (TensorRT-LLM counts them as non-torch memory if they
 exist at that point; kvlib does not model their size); the sampling of the dummy requests (one
 output token each) adds nothing. The device total is ``GPU.usable_memory_bytes``. Not modelled
 (ValueError): sliding-window (VSWA), hybrid recurrent and indexer caches, KV formats with scales,
-speculative decoding, attention-DP.
+speculative decoding, attention-DP. Where no memory is left for the KV cache (TensorRT-LLM's
+``max_tokens`` would be 0), ``kv_pool`` raises ``capacity.NoKVMemory``, as vLLM's does.
 """
 from __future__ import annotations
 
@@ -48,7 +53,8 @@ from ..deployment import deployment as as_deployment
 from ..hardware.gpus import GPU
 from ..model.model import Model
 from ..model.weights import loaded_weights, params_for
-from .capacity import refuse_parallel, VLLM, Overheads, activation_width, check_max_model_len
+from .capacity import (VLLM, NoKVMemory, Overheads, activation_width, check_max_model_len,
+                       refuse_parallel, tp_link)
 from .sglang import token_cell
 
 #: ``KvCacheConfig.free_gpu_memory_fraction`` and ``trtllm-serve``'s
@@ -66,8 +72,10 @@ class TensorRTLLMPool:
     """TensorRT-LLM's KV pool for one deployment, every term in bytes per GPU.
 
     free_after_profile_bytes = total − weights − activation peak − non-torch;
-    available_kv_bytes = fraction × free_after_profile (negative: no pool);
-    tokens = whole blocks of ``tokens_per_block`` holding ``max_tokens``.
+    available_kv_bytes = fraction × free_after_profile;
+    tokens = whole blocks of ``tokens_per_block`` holding ``max_tokens``; tp_link: the link
+    whose add-on ``non_torch_bytes`` includes (``capacity.tp_link``; None at TP 1).
+    ``kv_pool`` raises ``NoKVMemory`` where no block is left (``shortfall``).
     """
 
     model: str
@@ -89,6 +97,7 @@ class TensorRTLLMPool:
     tokens_per_block: int
     max_tokens_cap: int | None
     overheads: str
+    tp_link: str | None = None
     engine: str = "tensorrt-llm"
 
     @property
@@ -99,7 +108,7 @@ class TensorRTLLMPool:
 
     @property
     def available_kv_bytes(self) -> int:
-        """fraction × the memory free after the profiling pass (may be negative)."""
+        """fraction × the memory free after the profiling pass (≤ 0 only in a ``NoKVMemory``)."""
         return int(self.free_gpu_memory_fraction * self.free_after_profile_bytes)
 
     @property
@@ -132,10 +141,26 @@ class TensorRTLLMPool:
         """Blocks one request of ``context_tokens`` tokens takes."""
         return -(-positive_integer("context_tokens", context_tokens) // self.tokens_per_block)
 
+    def shortfall(self) -> str:
+        """What ran out, in one line, in TensorRT-LLM's terms ("" when a block is left): the
+        weights, the profiling pass's activation peak and the non-torch memory reach the device
+        total, or the fraction of what is left holds no token (``max_tokens`` 0, no KV cache)."""
+        if self.free_after_profile_bytes <= 0:
+            link = f", {self.tp_link} add-on" if self.tp_link else ""
+            return (f"weights {self.weights_bytes_per_gpu / GIB:.2f} GiB + activation peak "
+                    f"{self.activation_peak_bytes / GIB:.2f} GiB + non-torch "
+                    f"{self.non_torch_bytes / GIB:.2f} GiB{link} ≥ device total "
+                    f"{self.total_memory_bytes / GIB:.2f} GiB per GPU: TensorRT-LLM's max_tokens "
+                    "would be 0 (no paged KV cache)")
+        if self.num_blocks <= 0:
+            return (f"free_gpu_memory_fraction {self.free_gpu_memory_fraction:g} × "
+                    f"{self.free_after_profile_bytes:,} B free = {self.available_kv_bytes:,} B per "
+                    f"GPU holds no token of {self.bytes_per_token:,} B: TensorRT-LLM's max_tokens "
+                    "would be 0 (no paged KV cache)")
+        return ""
+
     def max_concurrency(self, context_tokens: int) -> float:
         """Requests of ``context_tokens`` tokens the pool holds at once."""
-        if self.num_blocks <= 0:
-            return 0.0
         return self.num_blocks / self.blocks_per_request(context_tokens)
 
     def terms(self) -> pd.DataFrame:
@@ -146,8 +171,8 @@ class TensorRTLLMPool:
              f"{self.weights_basis})", -self.weights_bytes_per_gpu),
             (f"− activation peak of the profiling pass ({self.max_num_tokens:,} tokens; "
              f"{self.overheads})", -self.activation_peak_bytes),
-            ("− non-torch memory" + (" (incl. tensor-parallel buffers)" if self.n_gpus > 1
-                                     else ""), -self.non_torch_bytes),
+            ("− non-torch memory" + (f" (incl. tensor-parallel buffers, {self.tp_link})"
+                                     if self.tp_link else ""), -self.non_torch_bytes),
             ("= free after the profiling pass", self.free_after_profile_bytes),
             (f"× free_gpu_memory_fraction {self.free_gpu_memory_fraction:g} = available KV memory",
              self.available_kv_bytes),
@@ -167,7 +192,8 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     (None: 8192), ``max_num_seqs`` → ``max_batch_size`` (None: 2048), ``block_size`` →
     ``tokens_per_block`` (None: 32), ``max_model_len`` → ``max_seq_len``. max_tokens: the
     ``KvCacheConfig.max_tokens`` cap; overheads: the activation and non-torch terms (see the
-    module docstring for what kvlib assumes)."""
+    module docstring for what kvlib assumes). ``NoKVMemory`` (its ``terms`` in TensorRT-LLM's
+    words, ``TensorRTLLMPool.shortfall``) where no block of KV cache is left."""
     d = as_deployment(deployment, gpu, **keywords)
     refuse_parallel(d, "TensorRT-LLM")
     m, g = d.model, d.gpu
@@ -190,13 +216,13 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
                          "config.json fields")
     activation = int(overheads.forward_factor * mnt  # the dummy prompts fill mnt tokens
                      * activation_width(params_for(m), arch, tp) * 2)
-    non_torch = overheads.non_torch_bytes + (overheads.non_torch_tp_bytes if tp > 1 else 0)
+    non_torch = overheads.non_torch_for(g, tp)  # the add-on of the group's link, as vLLM's
     if m.has_state:
         raise ValueError(f"{m.name}: recurrent-state layers — kvlib does not model "
                          "TensorRT-LLM's hybrid cache managers")
     per_token, layers = token_cell(m, tp, d.kv, engine="TensorRT-LLM")
     cap = None if max_tokens is None else positive_integer("max_tokens", max_tokens)
-    return TensorRTLLMPool(model=m.name, gpu=g.slug, n_gpus=tp, free_gpu_memory_fraction=fraction,
+    pool = TensorRTLLMPool(model=m.name, gpu=g.slug, n_gpus=tp, free_gpu_memory_fraction=fraction,
                            weight_dtype=d.weights.label, kv_dtype=d.kv_name, max_num_tokens=mnt,
                            max_batch_size=d.max_num_seqs or DEFAULT_MAX_BATCH_SIZE,
                            total_memory_bytes=g.usable_memory_bytes,
@@ -205,4 +231,7 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
                            activation_peak_bytes=activation, non_torch_bytes=non_torch,
                            bytes_per_token=per_token, attention_layers=layers,
                            tokens_per_block=d.block_size or DEFAULT_TOKENS_PER_BLOCK,
-                           max_tokens_cap=cap, overheads=overheads.name)
+                           max_tokens_cap=cap, overheads=overheads.name, tp_link=tp_link(g, tp))
+    if pool.shortfall():
+        raise NoKVMemory(pool)
+    return pool

@@ -183,6 +183,11 @@ def _num(value: Any) -> float | None:
     return float(text) if text else None
 
 
+def _count(value: Any) -> int | None:
+    text = str(value).strip()
+    return int(text) if text else None
+
+
 def is_dense(model_slug: str) -> bool:
     """True for a model with plain MHA/GQA/MQA attention in every layer and no experts."""
     model = load_model(model_slug)
@@ -307,7 +312,9 @@ def engine_pool_validation() -> pd.DataFrame:
 
     ``check`` "full": the pool from the log's settings (K+V memory in GiB, KV tokens); "layout":
     the tokens the logged K+V memory holds at the engine's cell size. The engine's default
-    fraction stands in where the log gives none.
+    fraction stands in where the log gives none; the log's tokens per step and running requests
+    (``max_num_batched_tokens``, ``max_num_seqs``: TensorRT-LLM's profiled ``max_num_tokens``)
+    where it prints them.
     """
     logs = engine_logs()
     rows: list[dict[str, Any]] = []
@@ -325,7 +332,9 @@ def engine_pool_validation() -> pd.DataFrame:
         d = Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"] or row["n_gpus"] or 1),
                        weights=row["weight_format"] or "bf16", kv=row["kv_cache_dtype"] or "bf16",
                        engine=row["engine"], gpu_memory_utilization=util,
-                       max_model_len=int(row["max_model_len"]) if row["max_model_len"] else None)
+                       max_model_len=int(row["max_model_len"]) if row["max_model_len"] else None,
+                       max_num_batched_tokens=_count(row["max_num_batched_tokens"]),
+                       max_num_seqs=_count(row["max_num_seqs"]))
         weights = _num(row["model_weights_gib"])
         pool = pools.kv_pool(d, weights_bytes_per_gpu=None if weights is None
                              else round(weights * GIB))

@@ -189,7 +189,7 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     m, context = d.model, d.max_model_len
     try:
         pool, refused = kv_pool(d), None
-    except NoKVMemory as exc:  # vLLM would not start: report it as "does not fit"
+    except NoKVMemory as exc:  # the engine would not start: report it as "does not fit"
         pool, refused = exc.pool, exc
     conc = pool.max_concurrency(context)
     fraction = _memory_fraction(pool)

@@ -292,10 +292,8 @@ class Engine:
         if key not in self._starts:
             try:
                 self._starts[key] = engine_start(self.deployment.with_(tp=tp, max_model_len=length))
-            except NoKVMemory as refused:  # vLLM would not start
-                p = refused.pool
-                self._starts[key] = EngineStart(p, p.max_num_seqs, p.max_num_batched_tokens, False,
-                                                p.gpu_memory_utilization)
+            except NoKVMemory as refused:  # the engine would not start
+                self._starts[key] = EngineStart.of(refused.pool)
         return self._starts[key]
 
     def pool(self, tp: int) -> AnyPool:
