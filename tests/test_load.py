@@ -149,3 +149,20 @@ def test_max_rates_at_slos_are_max_rate_at_slo_each() -> None:
     alone = [load.max_rate_at_slo(d, reqs, s) for s in slos]
     assert [c.rate_rps for c in shared] == [c.rate_rps for c in alone]
     assert [c.concurrency for c in shared] == [c.concurrency for c in alone]
+
+
+def test_saturated_rate_counts_tokens_not_completions_of_a_wave():
+    from kvlib.engines.scheduler import ServingRun
+    # 20 requests sent at once in two lockstep waves of 10: the first emits its first token at
+    # 1 s and its 10th at 10 s, the second from 11 s to 20 s — one request per second. The
+    # window runs from the 2nd to the 10th completion (10 s to 20 s): no token of wave 1, all
+    # 10 of each of wave 2's requests: 100 tokens ÷ 10 s ÷ 10 per request = 1.0 (counting the
+    # 8 completions in it would say 0.8)
+    n = 20
+    ttft = np.r_[np.full(10, 1.0), np.full(10, 11.0)]
+    e2e = np.r_[np.full(10, 10.0), np.full(10, 20.0)]
+    run = ServingRun(prompt_tokens=np.full(n, 100), output_tokens=np.full(n, 10),
+                     arrival_s=np.zeros(n), ttft_s=ttft, tpot_s=(e2e - ttft) / 9, e2e_s=e2e,
+                     itl_s=np.array([1.0]), itl_weight=np.array([9 * n]), preemptions=0,
+                     steps=20, duration_s=20.0)
+    assert load.saturated_rps(run) == pytest.approx(1.0)
