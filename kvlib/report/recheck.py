@@ -38,7 +38,7 @@ import numbers
 import operator
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -778,6 +778,9 @@ def _recheck_row(row: Mapping[str, Any]) -> Verdict:
     raw = _compute(name, inputs)
     verdict = judge(row["claimed"], raw, unit, _optional_float(row, "tolerance"),
                     _alternatives(row, inputs, raw))
+    if name == "serving_advice" and verdict.verdict == "holds":  # a choice, not a measurement
+        verdict = replace(verdict, reason=f"the simulated runs give {_amount(raw, unit)}, the "
+                          "claim's answer")
     return _override(row, _as_quoted(name, inputs, verdict))
 
 
