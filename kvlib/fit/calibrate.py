@@ -14,7 +14,9 @@ Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can
 
 Modern decode points (TPOT and static latencies) are split in halves, sorted by source then id
 and alternating, so every source lands on both sides (``split``); ``fit`` finds the constants
-on the train half; ``validate`` predicts every point with a given ``Efficiency`` (by default
+of a term set (``Terms``: which step and block costs, η_kv free or tied to η_w) on the train
+half — ``CHOSEN_TERMS``, the candidate of ``TERM_SETS`` with the lowest leave-one-source-out
+error (``kvlib.fit.terms``); ``validate`` predicts every point with a given ``Efficiency`` (by default
 the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
 fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range
@@ -462,8 +464,7 @@ def _step_group(key: str, terms: Terms) -> str:
     return "every engine"
 
 
-def _fixed_columns(items: Sequence[Parts], terms: Terms = CHOSEN_TERMS
-                   ) -> tuple[list[str], np.ndarray]:
+def _fixed_columns(items: Sequence[Parts], terms: Terms) -> tuple[list[str], np.ndarray]:
     """The design matrix of the fixed costs: one column per step group of ``terms`` (step
     weight sum) and, with block costs, one per block kind (step weight sum × blocks of that
     kind)."""
@@ -519,9 +520,7 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
     def near(grid: Sequence[float], centre: float, reach: float) -> list[float]:
         return [v for v in grid if abs(v - centre) <= reach + 1e-9]
 
-    # coarse: every 0.1 of each share; then ±0.05 around the best in steps of 0.02 (η_w, η_kv)
-    # and 0.05 (η_F); then ±0.01 in steps of 0.01
-    def search(bw: Sequence[float], kv: Sequence[float], fl: Sequence[float]) -> list:
+    def search(bw: Sequence[float], kv: Sequence[float], fl: Sequence[float]) -> list[tuple]:
         if terms.tie_kv:
             return [solve(b, b, f) for b in bw for f in fl]
         return [solve(b, k, f) for b in bw for k in kv for f in fl]
@@ -608,8 +607,8 @@ def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
 def leave_one_source_out(groups: Sequence[str] | None = None,
                          terms: Terms = CHOSEN_TERMS) -> pd.DataFrame:
     """For each source group of the modern decode points (or each of ``groups``): refit
-    ``terms`` on every other group's points (both halves) and predict the left-out group. One row per point:
-    ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
+    ``terms`` on every other group's points (both halves) and predict the left-out group. One
+    row per point: ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
     ``fitted_without`` (the points the refit used)."""
     pts = speed_points()
     decode = pts[pts["role"].isin(["train", "test"])]
