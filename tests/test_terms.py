@@ -52,3 +52,19 @@ def test_a_shared_step_cost_is_stored_for_every_engine_build():
     assert step.keys() == set(calibrate.ENGINE_KEYS)
     assert step["vllm"] == step["sglang"] == step["tensorrt-llm"]
     assert step["vllm-rocm"] == step["sglang-rocm"]
+
+
+def test_a_stored_row_is_what_its_fit_gives():
+    # the cheapest candidate (η_kv tied to η_w: a one-dimensional bandwidth search), refitted
+    # on the train half and judged on the held-out half, as write_term_selection did
+    tied = calibrate.TERM_SETS[-1]
+    assert tied.tie_kv
+    pts = calibrate.speed_points()
+    every = calibrate._all_parts()
+    train, test = pts[pts["role"] == "train"], pts[pts["role"] == "test"]
+    eff = calibrate.rounded(calibrate.fit({i: every[i] for i in train.index},
+                                          train["value"].to_dict(), tied))
+    assert eff.bandwidth == eff.kv_bandwidth
+    miss = [abs(every[i].predict(eff) / v - 1) for i, v in test["value"].items()]
+    row = terms.stored_term_selection().set_index("terms").loc[tied.name]
+    assert row["random_split_median"] == round(float(pd.Series(miss).median()), 4)
