@@ -127,7 +127,8 @@ def test_fit_recovers_known_constants(points):
         ["h100-sxm", "h200", "b200"])]
     chosen = decode.groupby(["engine", "model"]).head(6).index
     parts = {i: calibrate.parts(points.loc[i]) for i in chosen}
-    fitted = calibrate.fit(parts, {i: p.predict(truth) for i, p in parts.items()})
+    fitted = calibrate.fit(parts, {i: p.predict(truth) for i, p in parts.items()},
+                           calibrate.Terms("a step cost per engine build"))
     assert (fitted.bandwidth, fitted.kv_bandwidth, fitted.compute) == (0.85, 0.6, 0.5)
     for (name, value), (_, expected) in zip(fitted.step_s, truth.step_s):
         assert value == pytest.approx(expected, abs=2e-6), name
@@ -276,8 +277,10 @@ def test_generalization_summary_side_by_side():
     assert set(summary.loc[summary["breakdown"] == "TP degree", "goal"]) == {calibrate.GOAL_TP}
     goals = calibrate.generalization_goals().set_index("set")
     assert list(goals.index) == list(calibrate.ERROR_SETS)
-    assert goals.loc["random split", "median_met"]  # the split flatters the model …
-    assert not goals.loc["fresh set", "median_met"]  # … sources it never saw do not
+    # the split flatters the model: sources it never saw are missed by more
+    assert goals.loc["random split", "median_abs_error"] < goals.loc[
+        "leave one source out", "median_abs_error"]
+    assert not goals.loc["fresh set", "median_met"]
     for name, g in goals.iterrows():
         assert g["median_met"] == (g["median_abs_error"] <= calibrate.GOAL_MEDIAN), name
         assert g["beyond_met"] == (g["beyond_40"] <= calibrate.GOAL_BEYOND_40), name

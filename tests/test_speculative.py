@@ -112,8 +112,8 @@ def test_check_against_published_speedups():
     c = speculative_check()
     # 14 chain-drafting points at batch 1 (vLLM issue #20780 and PR #16035), no GPU named
     assert len(c) == 14 and c.gpu_assumed.all() and (c.batch == 1).all()
-    # the model is optimistic: it leaves out per-pass draft overheads (median 25 %)
-    assert 0.2 < c.error.abs().median() < 0.3 and (c.error > 0).all()
+    # the model is optimistic: it leaves out per-pass draft overheads (median 19 %)
+    assert 0.15 < c.error.abs().median() < 0.25 and (c.error > 0).all()
 
 
 def test_serving_point_refuses_speculation_it_does_not_time():

@@ -419,6 +419,16 @@ SCHEMAS: dict[str, Schema] = {
         rows=(_band_row,)),
     "speed_case_measured.csv": Schema(
         required={"gpu": SLUG_CELL, "engine": TEXT, "family": TEXT, "n": _POSITIVE_COUNT}),
+    # written by kvlib.fit.terms.write_term_selection from throughput.csv and speed_fresh.csv
+    "speed_term_selection.csv": Schema(
+        required={"terms": TEXT, "step": choice("engine", "vendor", "shared"),
+                  "blocks": choice("True", "False"), "tie_kv": choice("True", "False"),
+                  "random_split_n": _POSITIVE_COUNT, "random_split_median": _NON_NEGATIVE,
+                  "loso_n": _POSITIVE_COUNT, "loso_median": _NON_NEGATIVE,
+                  "loso_beyond_40": number(minimum=0, maximum=1),
+                  "fresh_n": _POSITIVE_COUNT, "fresh_median": _NON_NEGATIVE,
+                  "fresh_beyond_40": number(minimum=0, maximum=1),
+                  "chosen": choice("True", "False")}, unique=("terms",)),
     "serving_benchmarks.csv": Schema(
         required={"id": SLUG_CELL, "source_url": URL, "accessed": DATE,
                   "engine": choice("vllm", "sglang", "tensorrt-llm", "other"),

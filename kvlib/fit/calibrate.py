@@ -14,7 +14,9 @@ Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can
 
 Modern decode points (TPOT and static latencies) are split in halves, sorted by source then id
 and alternating, so every source lands on both sides (``split``); ``fit`` finds the constants
-on the train half; ``validate`` predicts every point with a given ``Efficiency`` (by default
+of a term set (``Terms``: which step and block costs, η_kv free or tied to η_w) on the train
+half — ``CHOSEN_TERMS``, the candidate of ``TERM_SETS`` with the lowest leave-one-source-out
+error (``kvlib.fit.terms``); ``validate`` predicts every point with a given ``Efficiency`` (by default
 the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
 fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range
@@ -416,24 +418,75 @@ def nnls(gram: np.ndarray, rhs: np.ndarray, start: Sequence[int] = ()) -> np.nda
     return x
 
 
-def _fixed_columns(items: Sequence[Parts]) -> tuple[list[str], np.ndarray]:
-    """The design matrix of the fixed costs: one column per engine key (step weight sum) and one
-    per block kind (step weight sum × blocks of that kind)."""
-    engines = sorted({p.engine_key for p in items})
-    names = [f"step:{e}" for e in engines] + [f"block:{k}" for k in BLOCK_KINDS]
+@dataclass(frozen=True)
+class Terms:
+    """Which fixed costs and shares the fit solves for: a term set, named in words.
+
+    step: one step cost per engine build (``roofline.engine_key``: engine, with ``-rocm`` on
+    AMD GPUs), ``"vendor"`` (one per GPU vendor) or ``"shared"`` (one for every engine);
+    blocks: one cost per block kind (``BLOCK_KINDS``), else none; tie_kv: the KV reads get the
+    weight reads' share (η_kv = η_w) instead of a share of their own."""
+
+    name: str
+    step: str = "engine"
+    blocks: bool = True
+    tie_kv: bool = False
+
+    def __post_init__(self) -> None:
+        if self.step not in STEP_TERMS:
+            raise ValueError(f"Terms.step {self.step!r}: one of {', '.join(STEP_TERMS)}")
+
+
+#: The ways a step cost can be shared out (``Terms.step``).
+STEP_TERMS = ("engine", "vendor", "shared")
+#: The engine builds a shared or per-vendor step cost is stored for (``roofline.engine_key``):
+#: every engine on NVIDIA GPUs, vLLM and SGLang on AMD ones (TensorRT-LLM runs on NVIDIA only).
+ENGINE_KEYS = ("sglang", "sglang-rocm", "tensorrt-llm", "vllm", "vllm-rocm")
+#: The candidate term sets ``kvlib.fit.terms`` compares by leave-one-source-out error.
+TERM_SETS = (
+    Terms("a step cost per engine build and a cost per block kind"),
+    Terms("one step cost for every engine and a cost per block kind", step="shared"),
+    Terms("a step cost per GPU vendor and a cost per block kind", step="vendor"),
+    Terms("a step cost per engine build, no block costs", blocks=False),
+    Terms("one step cost for every engine, a cost per block kind, η_kv = η_w", step="shared",
+          tie_kv=True),
+)
+#: The term set ``roofline.CALIBRATED`` is fitted with: the lowest leave-one-source-out median
+#: of ``TERM_SETS`` (``kvlib.fit.terms``; data/speed_term_selection.csv).
+CHOSEN_TERMS = TERM_SETS[2]
+
+
+def _step_group(key: str, terms: Terms) -> str:
+    if terms.step == "engine":
+        return key
+    if terms.step == "vendor":
+        return "AMD" if key.endswith("-rocm") else "NVIDIA"
+    return "every engine"
+
+
+def _fixed_columns(items: Sequence[Parts], terms: Terms) -> tuple[list[str], np.ndarray]:
+    """The design matrix of the fixed costs: one column per step group of ``terms`` (step
+    weight sum) and, with block costs, one per block kind (step weight sum × blocks of that
+    kind)."""
+    steps = sorted({_step_group(p.engine_key, terms) for p in items})
+    kinds = BLOCK_KINDS if terms.blocks else ()
+    names = [f"step:{e}" for e in steps] + [f"block:{k}" for k in kinds]
     cols = np.zeros((len(items), len(names)))
     for i, p in enumerate(items):
         total = p.weight.sum()
-        cols[i, engines.index(p.engine_key)] = total
-        for j, kind in enumerate(BLOCK_KINDS):
-            cols[i, len(engines) + j] = total * getattr(p.blocks, kind)
+        cols[i, steps.index(_step_group(p.engine_key, terms))] = total
+        for j, kind in enumerate(kinds):
+            cols[i, len(steps) + j] = total * getattr(p.blocks, kind)
     return names, cols
 
 
-def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Efficiency:
-    """The constants minimising the summed |log(predicted ÷ measured)| over the given points
-    (metric in seconds): for every (η_w, η_kv, η_F) searched, the fixed costs by reweighted
-    non-negative least squares on the relative error; the best wins. Deterministic."""
+def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
+        terms: Terms = CHOSEN_TERMS) -> Efficiency:
+    """The constants of ``terms`` minimising the summed |log(predicted ÷ measured)| over the
+    given points (metric in seconds): for every (η_w, η_kv, η_F) searched, the fixed costs by
+    reweighted non-negative least squares on the relative error; the best wins. A shared or
+    per-vendor step cost is stored for every engine build it covers (``ENGINE_KEYS``), one the
+    points lack included. Deterministic."""
     ids = list(point_parts)
     if not ids:
         raise ValueError("no points to fit")
@@ -447,7 +500,7 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Effi
                                           for a in ("weight", "weights_s", "kv_s", "compute_s",
                                                     "allreduce_s"))
     comm_total = np.bincount(owner, weight * comm, minlength=len(items))
-    names, cols = _fixed_columns(items)
+    names, cols = _fixed_columns(items, terms)
     design = cols / y[:, None]
 
     def solve(bw: float, kv_bw: float, fl: float) -> tuple[float, tuple[float, float, float],
@@ -467,21 +520,30 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float]) -> Effi
     def near(grid: Sequence[float], centre: float, reach: float) -> list[float]:
         return [v for v in grid if abs(v - centre) <= reach + 1e-9]
 
+    def search(bw: Sequence[float], kv: Sequence[float], fl: Sequence[float]) -> list[tuple]:
+        if terms.tie_kv:
+            return [solve(b, b, f) for b in bw for f in fl]
+        return [solve(b, k, f) for b in bw for k in kv for f in fl]
+
     # coarse: every 0.1 of each share; then ±0.05 around the best in steps of 0.02 (η_w, η_kv)
     # and 0.05 (η_F); then ±0.01 in steps of 0.01
-    tried = [solve(bw, kv_bw, fl) for bw in BANDWIDTH_GRID[::10]
-             for kv_bw in KV_BANDWIDTH_GRID[::10] for fl in COMPUTE_GRID[::2]]
+    tried = search(BANDWIDTH_GRID[::10], KV_BANDWIDTH_GRID[::10], COMPUTE_GRID[::2])
     for reach, stride, fl_reach in ((0.05, 2, 0.05), (0.01, 1, 0.05)):
         centre = min(tried, key=lambda r: r[0])[1]
-        tried += [solve(bw, kv_bw, fl) for bw in near(BANDWIDTH_GRID, centre[0], reach)[::stride]
-                  for kv_bw in near(KV_BANDWIDTH_GRID, centre[1], reach)[::stride]
-                  for fl in near(COMPUTE_GRID, centre[2], fl_reach)]
+        tried += search(near(BANDWIDTH_GRID, centre[0], reach)[::stride],
+                        near(KV_BANDWIDTH_GRID, centre[1], reach)[::stride],
+                        near(COMPUTE_GRID, centre[2], fl_reach))
     _, (bw, kv_bw, fl), coef = min(tried, key=lambda r: r[0])
     values = dict(zip(names, coef))
-    return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl,
-                      step_s=tuple((n.split(":", 1)[1], float(values[n])) for n in names
-                                   if n.startswith("step:")),
-                      block_s=tuple((k, float(values[f"block:{k}"])) for k in BLOCK_KINDS),
+    if terms.step == "engine":
+        step_s = tuple((n.split(":", 1)[1], float(values[n])) for n in names
+                       if n.startswith("step:"))
+    else:
+        step_s = tuple((k, float(values.get(f"step:{_step_group(k, terms)}", 0.0)))
+                       for k in ENGINE_KEYS)
+    return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, step_s=step_s,
+                      block_s=tuple((k, float(values.get(f"block:{k}", 0.0)))
+                                    for k in BLOCK_KINDS),
                       communication=True, source="kvlib.fit.calibrate.fit")
 
 
@@ -542,10 +604,11 @@ def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def leave_one_source_out(groups: Sequence[str] | None = None) -> pd.DataFrame:
-    """For each source group of the modern decode points (or each of ``groups``): refit on every
-    other group's points (both halves) and predict the left-out group. One row per point:
-    ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
+def leave_one_source_out(groups: Sequence[str] | None = None,
+                         terms: Terms = CHOSEN_TERMS) -> pd.DataFrame:
+    """For each source group of the modern decode points (or each of ``groups``): refit
+    ``terms`` on every other group's points (both halves) and predict the left-out group. One
+    row per point: ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
     ``fitted_without`` (the points the refit used)."""
     pts = speed_points()
     decode = pts[pts["role"].isin(["train", "test"])]
@@ -557,7 +620,7 @@ def leave_one_source_out(groups: Sequence[str] | None = None) -> pd.DataFrame:
         raise KeyError(f"no modern decode points from {unknown}; sources: {known}")
     for group in (known if groups is None else sorted(groups)):
         rest = decode[decode["source_group"] != group]
-        eff = fit({i: every[i] for i in rest.index}, rest["value"].to_dict())
+        eff = fit({i: every[i] for i in rest.index}, rest["value"].to_dict(), terms)
         for i, p in decode[decode["source_group"] == group].iterrows():
             pred = every[i].predict(eff)
             rows.append({"id": i, "source_group": group, "engine": p["engine"], "tp": p["tp"],

@@ -124,21 +124,23 @@ def engine_key(engine: str, gpu: GPU) -> str:
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
-#: data/throughput.csv (see Appendix A, chapters/appendix_a_validation.md, for its held-out error); tests/test_calibrate.py refits
-#: and checks these values.
+#: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one step
+#: cost per GPU vendor and one cost per block kind, the candidate with the lowest
+#: leave-one-source-out error (see Appendix A, chapters/appendix_a_validation.md, for its
+#: errors); tests/test_calibrate.py refits and checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.96,
-    kv_bandwidth=0.59, compute=0.6,
-    step_s=(("sglang", 0.000e-3),
-            ("sglang-rocm", 4.194e-3),
-            ("tensorrt-llm", 0.675e-3),
-            ("vllm", 1.892e-3),
-            ("vllm-rocm", 3.406e-3)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.9,
+    kv_bandwidth=0.63, compute=0.55,
+    step_s=(("sglang", 0.052e-3),
+            ("sglang-rocm", 2.788e-3),
+            ("tensorrt-llm", 0.052e-3),
+            ("vllm", 0.052e-3),
+            ("vllm-rocm", 2.788e-3)),
     block_s=(("attention", 0.0e-6),
-             ("mla", 83.5e-6),
-             ("recurrent", 5.7e-6),
-             ("dense_ffn", 35.1e-6),
-             ("moe_ffn", 25.5e-6)),
+             ("mla", 49.3e-6),
+             ("recurrent", 47.1e-6),
+             ("dense_ffn", 48.1e-6),
+             ("moe_ffn", 60.9e-6)),
     communication=True, source="kvlib.fit.calibrate.fit")
 
 
