@@ -84,15 +84,14 @@ def parallel_validation() -> pd.DataFrame:
     ``Deployment``'s), measured (s), single_group (the fit's prediction, s), parallel (s), and
     the errors of both (predicted ÷ measured − 1).
 
-    Why the four data-parallel-attention points (SGLang cookbook, fresh set) run 1.6–5× slower
-    than modelled (``dp_attention_terms``): not the parallel terms. They move those points by
-    −2 % to +19 % against the single group; the exchange costs 0.5–1.2 ms a pass, DeepEP's measured
-    kernels in its place 2.7–3.1 ms (B200; none measured on MI300X), expert load imbalance at
-    most 2 ms (the busiest GPU reading all its experts), and the batch is already the slowest
-    rank's (⌈batch ÷ dp⌉) — under 6 ms together against gaps of 6–120 ms. Most of the miss is
-    the source's: its own one-group points at the same concurrency miss by a median 64 %
-    (concurrency 100) and 47 % (concurrency 1) — the single-group fit's miss, not the parallel
-    terms'; divided out, the four miss by a median 29 % (one of them now too slow). That rest is
+    Why the four data-parallel-attention points (SGLang cookbook, fresh set) run far slower
+    than modelled (``dp_attention_terms`` gives each figure): not the parallel terms. The
+    exchange costs about a millisecond a pass, DeepEP's measured kernels in its place a few
+    (B200; none measured on MI300X), expert load imbalance at most about 2 ms (the busiest GPU
+    reading all its experts), and the batch is already the slowest rank's (⌈batch ÷ dp⌉) —
+    under 6 ms together against gaps of 6–120 ms. Much of the miss is the source's: its own
+    one-group points at concurrency 100 miss by more than half — the single-group fit's miss,
+    not the parallel terms'; divided out, the rest is
     SGLang's way of running DP attention, which the step law has no term or measured figure for:
     every rank joins every forward (an idle rank runs an empty batch) and a prompt on any rank
     makes the step an extend without CUDA graphs for all (``can_cuda_graph`` is the minimum over
