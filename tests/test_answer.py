@@ -480,3 +480,30 @@ def test_other_engines_run_at_their_defaults_and_say_where_they_do_not_run(grid)
                                        "high": []}))
     assert [(e["slug"], e["settings"]) for e in data["engines"]] == [("vllm", [0.9]),
                                                                      ("sglang", [None])]
+
+
+def test_a_case_no_group_of_eight_holds_is_placed_on_two_nodes():
+    from kvlib.speed.parallel import parallel_decode
+    small = answer.answer_grid(["deepseek-v3"], ["h100-sxm"], lengths=[8192],
+                               requests=[(7168, 1024)])
+    wide = answer.two_nodes(small)
+    (r,) = wide[(wide["weights"] == "fp8") & (wide["max_model_len"] == 8192)].itertuples()
+    d = kvlib.Deployment("deepseek-v3", "h100-sxm", tp=8, pp=2, weights="fp8",
+                         gpu_memory_utilization=0.9, max_model_len=8192)
+    held = kvlib.engines.capacity.pool_arithmetic(d).max_concurrency(8192)
+    step = parallel_decode(d.resolved(), batch=r.batch, context_tokens=7168 + 512)
+    assert (r.n_gpus, r.max_concurrency, r.batch) == (16, held, int(held))
+    assert r.decode_tokens_per_s == step.tokens_per_s
+    assert r.output_cost == pytest.approx(16 / (3600 * step.tokens_per_s) * 1e6)  # $1/GPU-h
+    assert r.launch.startswith("vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 "
+                               "--pipeline-parallel-size 2 ")
+    data = answer.calculator_data(small, answer.prefix_input_costs(small), models=["deepseek-v3"],
+                                  default={}, ttft=pd.DataFrame(
+                                      {"batch_range": [], "n": [], "median": [], "low": [],
+                                       "high": []}), wider=wide)
+    cols = data["cols"]
+    (row,) = [x for x in data["rows"] if x[cols.index("n_gpus")] == 0 and x[1:3] == [0, 0]
+              and x[6] == 8192]
+    words, cost, launch = row[cols.index("n_gpus") + 4:]
+    assert data["texts"][words].startswith("On two nodes of eight (16 × H100, one pipeline stage")
+    assert data["texts"][launch] == r.launch and cost == pytest.approx(r.output_cost, rel=1e-3)

@@ -394,6 +394,10 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     text = _card_text(calc)
     assert "Does not fit (weights): the weights alone, 94.5 GiB per GPU on 8 GPUs" in text
     assert "Would fit with fp8 weights" in text
+    # one that no group of eight holds: placed on two nodes, with the command that starts it
+    _pick(calc, "model", "DeepSeek-V3")
+    assert "On two nodes of eight (16 × H100" in _card_text(calc)
+    assert "--pipeline-parallel-size 2" in calc.locator(".kc-launch-command").inner_text()
     assert not reader.problems
 
     # the downloads: files next to the book, with the expected header

@@ -194,6 +194,13 @@
       }
     }
 
+    function showLaunch(head, command) {
+      var box = el("div", { "class": "kc-launch" });
+      box.appendChild(el("p", { "class": "kc-launch-head" }, head));
+      box.appendChild(el("pre", { "class": "kc-launch-command" }, command));
+      card.appendChild(box);
+    }
+
     function line(cls, text) { var p = el("p", { "class": cls }, text); card.appendChild(p); return p; }
 
     // A tile: the model's figure, and under it the range the held-out error band gives
@@ -244,6 +251,13 @@
                          engine: "not modelled"}[r[N + 1]];
         line("kc-nofit", "Does not fit (" + limitWord + "): " + why + ".");
         if (fit) { line("kc-wouldfit", fit.charAt(0).toUpperCase() + fit.slice(1) + "."); }
+        if (r.length > N + 4) {  // two nodes of eight hold it
+          line("kc-wide", data.texts[r[N + 4]] + "; " + money(r[N + 5] * price) + " per 1M " +
+               "output tokens at this price, at that speed (so a lower bound).");
+          showLaunch("The command that starts it on two nodes (on the head node of a Ray " +
+                     "cluster of both, as vLLM's multi-node guide sets one up):",
+                     data.texts[r[N + 6]]);
+        }
         return;
       }
       var v = function (c) { return r[cols[c]]; };
@@ -315,13 +329,10 @@
            offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
            : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
              " in data/prices.csv — " + offer.rows + ".");
-      var launch = el("div", { "class": "kc-launch" });
-      launch.appendChild(el("p", { "class": "kc-launch-head" }, "The command that starts " +
-        e.name + " with this pool, every default the figures assume spelled out (" + e.flag +
-        " " + sig3(v("memory_fraction")) + (setting === null ? ", " + e.name + "'s default " +
-        "here" : "") + ": the share " + e.share + "):"));
-      launch.appendChild(el("pre", { "class": "kc-launch-command" }, data.texts[v("launch")]));
-      card.appendChild(launch);
+      showLaunch("The command that starts " + e.name + " with this pool, every default the " +
+        "figures assume spelled out (" + e.flag + " " + sig3(v("memory_fraction")) +
+        (setting === null ? ", " + e.name + "'s default here" : "") + ": the share " + e.share +
+        "):", data.texts[v("launch")]);
       if (slo) { latency(key, n, prompt, output, price); }
     }
 

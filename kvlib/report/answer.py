@@ -42,7 +42,7 @@ from ..engines.capacity import derived_max_model_len
 from ..serve.cost import cost_per_million_tokens
 from ..core.data import csv_path
 from ..deployment import ENGINE_NAMES, Deployment
-from ..engines.capacity import NoKVMemory
+from ..engines.capacity import NoKVMemory, pool_arithmetic
 from ..engines.launch import launch_command
 from ..engines.pools import kv_pool
 from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
@@ -57,6 +57,7 @@ from ..serve.load import SLO, max_rates_at_slos
 from ..serve.prefix_cost import input_cost_per_million
 from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
+from ..speed.parallel import parallel_decode
 from .tables import Table, table
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
@@ -627,7 +628,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                     default: Mapping[str, Any], ttft: pd.DataFrame,
                     hit_rate: float = PREFIX_HIT_RATE, more_gpus: pd.DataFrame | None = None,
                     slo: pd.DataFrame | None = None,
-                    slo_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    slo_error: Mapping[str, Any] | None = None,
+                    wider: pd.DataFrame | None = None) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
     (engines with their memory-fraction flag and the fractions offered, None for the engine's
     default; models with their checkpoints and lengths, GPUs with their market prices by kind,
@@ -650,6 +652,10 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     saturated rate and, for each TTFT and then each speed target, [requests/s, users in
     flight]; ``slo_error`` (in words and numbers: how far measured latencies ran from the
     simulation's) is passed through as ``slo["error"]``.
+
+    ``wider`` (``two_nodes``) gives a case that fits no group of eight, after its limit and
+    texts, [the two-node placement in words, its $ per 10⁶ output tokens at $1 per GPU-hour,
+    its launch command] (indices into ``texts`` and a number).
 
     The page looks rows up and multiplies costs by the price; it computes nothing else.
     """
@@ -683,6 +689,17 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                "max_model_len", "input_tokens", "output_tokens", "n_gpus", "limit", "why_not",
                "would_fit", "band_scope", "band_n", "band_median", "band_low", "band_high",
                "band_words", "memory_fraction", "launch", *PAGE_FIELDS]
+    wide: dict[tuple, list[Any]] = {}
+    for r in (wider if wider is not None else pd.DataFrame(columns=TWO_NODE_COLUMNS)).itertuples():
+        words = (f"On two nodes of eight ({int(r.n_gpus)} × {short_gpu_name(gpu_names[r.gpu])}, "
+                 f"one pipeline stage per node) it fits: the pool holds {r.max_concurrency:,.1f}"
+                 f" of these requests; decoding {int(r.batch):,} at once, at most "
+                 f"{r.decode_tokens_per_s:,.0f} output tokens/s in all (decode only, and no "
+                 "measured pipeline run checks it: an upper bound)")
+        wide[("vllm", r.model, r.weights, r.kv_dtype, fraction_key(r.gpu_memory_utilization),
+              r.gpu, int(r.max_model_len), int(r.input_tokens), int(r.output_tokens))] = [
+            texts.setdefault(words, len(texts)), _sig(r.output_cost),
+            texts.setdefault(r.launch, len(texts))]
     rows = []
     for (e, m, w, k, u, g, length, p, o, n, limit, why, fit, *band, fraction, launch), \
             numbers in zip(zip(*(grid[c].tolist() for c in columns[:21])),
@@ -700,7 +717,9 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                            texts.setdefault(launch, len(texts))])
         else:
             rows.append(key + [limit, texts.setdefault(why, len(texts)),
-                               texts.setdefault(fit, len(texts))])
+                               texts.setdefault(fit, len(texts))]
+                        + wide.get((e, m, w, k, fraction_key(u), g, int(length), int(p), int(o)),
+                                   []))
     return {
         "engines": [{"slug": e, "name": ENGINE_NAMES[e], "flag": FRACTION_FLAGS[e][0],
                      "share": FRACTION_FLAGS[e][1],
@@ -819,6 +838,56 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
                            gpu_memory_utilization=math.nan if util is None else float(util))
                 rows.append(row)
     return pd.DataFrame(rows, columns=GRID_COLUMNS)
+
+
+#: The layout the page offers a vLLM case that no group of up to eight GPUs holds: two nodes of
+#: eight, one pipeline stage each (``--tensor-parallel-size 8 --pipeline-parallel-size 2``).
+TWO_NODES = (8, 2)
+
+#: ``two_nodes``'s columns.
+TWO_NODE_COLUMNS = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu",
+                    "max_model_len", "input_tokens", "output_tokens", "n_gpus",
+                    "max_concurrency", "batch", "decode_tokens_per_s", "output_cost", "launch"]
+
+
+def two_nodes(grid: pd.DataFrame) -> pd.DataFrame:
+    """The vLLM cases of ``grid`` that fit no degree of ``TP_DEGREES`` (limit weights,
+    activation or kv), on two nodes of eight GPUs (``TWO_NODES``), where that holds one request
+    of max_model_len: n_gpus (16), max_concurrency (requests of the case's length the pool of
+    the stage with the fewest blocks holds), batch (as many, at most ``max_num_seqs``),
+    decode_tokens_per_s (``speed.parallel.parallel_decode`` at that batch, mid-output: decode
+    only, no prefill, and not checked against a measured pipeline run — an upper bound),
+    output_cost ($ per 10⁶ output tokens at $1 per GPU-hour, at that speed) and launch
+    (``launch_text``). A GPU with no sourced GPU-to-GPU link is left out."""
+    tp, pp = TWO_NODES
+    out = grid[(grid["engine"] == "vllm") & (grid["n_gpus"] == 0)
+               & grid["limit"].isin(["weights", "activation", "kv"])]
+    formats = {(m, c.label): c for m in out["model"].unique() for c in weight_choices(m)}
+    rows = []
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len"]
+    for (slug, w, kv, util, gpu, length), group in out.groupby(keys, sort=False):
+        d = Deployment(slug, gpu, tp=tp, pp=pp, weights=formats[(slug, w)].weight_format, kv=kv,
+                       gpu_memory_utilization=float(util), max_model_len=int(length))
+        if d.gpu.link_bytes_per_s is None or not d.model.supports_tp(tp):
+            continue
+        pool = pool_arithmetic(d)
+        if pool.max_concurrency(int(length)) < 1:
+            continue
+        d = d.resolved()
+        launch = launch_text(d, formats[(slug, w)].repository)
+        for r in group.itertuples(index=False):
+            i, o = int(r.input_tokens), int(r.output_tokens)
+            held = pool.max_concurrency(i + o)
+            batch = min(math.floor(held), d.max_num_seqs)
+            step = parallel_decode(d, batch=batch, context_tokens=i + o // 2)
+            rows.append({"model": slug, "weights": w, "kv_dtype": kv,
+                         "gpu_memory_utilization": float(util), "gpu": gpu,
+                         "max_model_len": int(length), "input_tokens": i, "output_tokens": o,
+                         "n_gpus": d.gpus, "max_concurrency": held, "batch": batch,
+                         "decode_tokens_per_s": step.tokens_per_s,
+                         "output_cost": cost_per_million_tokens(float(d.gpus), step.tokens_per_s),
+                         "launch": launch})
+    return pd.DataFrame(rows, columns=TWO_NODE_COLUMNS)
 
 
 #: The latency targets the page offers: p99 time to the first token (s), and per-user speed
