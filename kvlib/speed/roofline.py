@@ -18,9 +18,10 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 * β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
   the shares an engine achieves streaming weights, reading the paged KV cache (attention
   kernels gather scattered blocks) and doing matmuls (fitted);
-* fixed costs: a per-step cost of the engine (scheduling, sampling; one per engine and
-  platform) and a per-block cost by block kind (kernel launches and small ops that do not grow
-  with bytes) — both fitted by :mod:`kvlib.fit.calibrate`;
+* fixed costs: a per-step cost (scheduling, sampling; one per GPU vendor's software stack,
+  stored for each engine build on it) and a per-block cost by block kind (kernel launches and
+  small ops that do not grow with bytes) — both fitted by :mod:`kvlib.fit.calibrate`, the
+  terms chosen by leave-one-source-out error;
 * all-reduces: one after every block (attention or recurrent mixer, MLP or MoE) under tensor
   parallelism — a hybrid stack counts the mixers it really has (``blocks``); the latency α
   comes from published microbenchmarks (``hardware.allreduce_latency``) and the bytes term
