@@ -240,7 +240,7 @@ def test_engines_have_their_own_step_cost():
     assert roofline.engine_key("sglang", load_gpu("h100-sxm")) == "sglang"
     with pytest.raises(ValueError, match="unknown engine"):
         roofline.engine_key("lmdeploy", load_gpu("h100-sxm"))
-    with pytest.raises(KeyError, match="tensorrt-llm-rocm"):
+    with pytest.raises(ValueError, match="TensorRT-LLM runs on NVIDIA GPUs only"):
         decode_step("llama-3.1-8b", "mi300x", batch=1, context_tokens=1, engine="tensorrt-llm")
     assert {k for k, _ in CALIBRATED.step_s} >= {"vllm", "sglang", "tensorrt-llm", "vllm-rocm"}
 

@@ -329,10 +329,15 @@
            offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
            : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
              " in data/prices.csv — " + offer.rows + ".");
-      showLaunch("The command that starts " + e.name + " with this pool, every default the " +
-        "figures assume spelled out (" + e.flag + " " + sig3(v("memory_fraction")) +
-        (setting === null ? ", " + e.name + "'s default here" : "") + ": the share " + e.share +
-        "):", data.texts[v("launch")]);
+      if (data.texts[v("launch")]) {
+        showLaunch("The command that starts " + e.name + " with this pool, every default the " +
+          "figures assume spelled out (" + e.flag + " " + sig3(v("memory_fraction")) +
+          (setting === null ? ", " + e.name + "'s default here" : "") + ": the share " +
+          e.share + "):", data.texts[v("launch")]);
+      } else {
+        line("kc-launch-none", "No command: this model's record names no Hugging Face " +
+             "repository to load.");
+      }
       if (slo) { latency(key, n, prompt, output, price); }
     }
 

@@ -48,7 +48,7 @@ from ..engines.pools import kv_pool
 from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
 # The checkpoints live in the model layer (``launch`` needs their repositories); named here too,
 # where the landing page's readers and chapters look them up.
-from ..model.checkpoints import WeightChoice, weight_choices
+from ..model.checkpoints import WeightChoice, checkpoint_repository, weight_choices
 from ..model.checkpoints import checkpoint_rows as checkpoint_rows
 from ..model.checkpoints import published_weight_format as published_weight_format
 from ..model.formats import weight_format as parse_weights
@@ -234,9 +234,21 @@ def fraction_key(value: Any) -> float | str:
     return "default" if math.isnan(value) else value
 
 
-def launch_text(deployment: Deployment, repository: str) -> str:
+def launch_repository(slug: str, choice: WeightChoice) -> str | None:
+    """The Hugging Face repository a launch command of ``choice`` loads, or None where the
+    registry records none (a forked record without ``source.repo``): never a guess."""
+    try:
+        return checkpoint_repository(slug, choice.weight_format)
+    except ValueError:
+        return None
+
+
+def launch_text(deployment: Deployment, repository: str | None) -> str:
     """The shell lines that start ``deployment`` (``kvlib.launch_command``): any file the
-    command reads written first (a here-document), then the command on one line."""
+    command reads written first (a here-document), then the command on one line; "" when no
+    repository is recorded (``launch_repository``)."""
+    if repository is None:
+        return ""
     command = launch_command(deployment, repo=repository)
     files = "".join(f"cat > {path} <<'EOF'\n{text}EOF\n" for path, text in command.files)
     return files + command.text
@@ -360,7 +372,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
                                     if key not in commands:
                                         commands[key] = launch_text(eng.deployment.with_(
                                             tp=point.n_gpus, max_model_len=length),
-                                            choice.repository)
+                                            launch_repository(slug, choice))
                                     row["launch"] = commands[key]
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
@@ -832,7 +844,8 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
                                   max_model_len=length, n_gpus=tp)
                 if (tp, length) not in commands:
                     commands[(tp, length)] = launch_text(
-                        eng.deployment.with_(tp=tp, max_model_len=length), choice.repository)
+                        eng.deployment.with_(tp=tp, max_model_len=length),
+                        launch_repository(slug, choice))
                 row = _row(point, choice, models[slug], limit)
                 row.update(model=slug, would_fit="", launch=commands[(tp, length)],
                            gpu_memory_utilization=math.nan if util is None else float(util))
@@ -874,7 +887,7 @@ def two_nodes(grid: pd.DataFrame) -> pd.DataFrame:
         if pool.max_concurrency(int(length)) < 1:
             continue
         d = d.resolved()
-        launch = launch_text(d, formats[(slug, w)].repository)
+        launch = launch_text(d, launch_repository(slug, formats[(slug, w)]))
         for r in group.itertuples(index=False):
             i, o = int(r.input_tokens), int(r.output_tokens)
             held = pool.max_concurrency(i + o)
