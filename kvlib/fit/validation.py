@@ -278,8 +278,9 @@ PRE_PR2031_TOKENS = 31_615 * 16
 def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     """Why each memory row of the book's logs misses by more than 10 % (and each dense row by
     more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
-    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), and
-    a 2023 engine's profiler (el30, vl02)."""
+    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
+    2023 engine's profiler (el30, vl02), and overheads larger than a 40 GB card's log leaves
+    room for (el45)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -300,8 +301,20 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     profiler = (f"vLLM's December 2023 profiling fix (PR #2031) cut this TP-4 pool from "
                 f"{PRE_PR2031_TOKENS:,} to {post_fix:,.0f} tokens by charging NCCL memory outside "
                 f"torch; kvlib models today's profiler and lands between the two")
+    p45 = log_pool("el45", overheads)
+    left = (p45.budget_bytes - p45.weights_bytes_per_gpu
+            - float(logs.loc["el45", "available_kv_gib"]) * GIB)
+    charged = p45.activation_peak_bytes + p45.non_torch_bytes
+    vocab = load_model(logs.loc["el45", "model_slug"]).architecture.vocab_size
+    el45 = (f"Qwen3-8B on a 40 GB A100 at vLLM's default {p45.max_num_seqs} sequences: kvlib "
+            f"charges {charged / GIB:.2f} GiB besides weights and KV (the dummy sampling pass "
+            f"over the {vocab:,}-token vocabulary, {p45.activation_sampler_bytes / GIB:.2f} GiB, and "
+            f"{p45.non_torch_bytes / GIB:.2f} GiB outside torch) where the log leaves "
+            f"{left / GIB:.2f} GiB of the {p45.gpu_memory_utilization:g} × "
+            f"{p45.total_memory_bytes / GIB:.0f} GiB budget (less on the card's CUDA total, "
+            f"which gpus.csv lacks)")
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
-            "el30": profiler, "vl02": profiler}
+            "el30": profiler, "vl02": profiler, "el45": el45}
 
 
 def engine_pool_validation() -> pd.DataFrame:
