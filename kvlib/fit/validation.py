@@ -278,8 +278,10 @@ PRE_PR2031_TOKENS = 31_615 * 16
 def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     """Why each memory row of the book's logs misses by more than 10 % (and each dense row by
     more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
-    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), and
-    a 2023 engine's profiler (el30, vl02)."""
+    a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
+    2023 engine's profiler (el30, vl02), overheads larger than a 40 GB card's log leaves room
+    for (el45), and vLLM 0.27.1's V2 model runner, whose profiled peak is below the sampler
+    term kvlib fitted on earlier releases (el47, el48)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -300,8 +302,34 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     profiler = (f"vLLM's December 2023 profiling fix (PR #2031) cut this TP-4 pool from "
                 f"{PRE_PR2031_TOKENS:,} to {post_fix:,.0f} tokens by charging NCCL memory outside "
                 f"torch; kvlib models today's profiler and lands between the two")
+    p45 = log_pool("el45", overheads)
+    left = (p45.budget_bytes - p45.weights_bytes_per_gpu
+            - float(logs.loc["el45", "available_kv_gib"]) * GIB)
+    charged = p45.activation_peak_bytes + p45.non_torch_bytes
+    vocab = load_model(logs.loc["el45", "model_slug"]).architecture.vocab_size
+    el45 = (f"Qwen3-8B on a 40 GB A100 at vLLM's default {p45.max_num_seqs} sequences: kvlib "
+            f"charges {charged / GIB:.2f} GiB besides weights and KV (the dummy sampling pass "
+            f"over the {vocab:,}-token vocabulary, {p45.activation_sampler_bytes / GIB:.2f} GiB, and "
+            f"{p45.non_torch_bytes / GIB:.2f} GiB outside torch) where the log leaves "
+            f"{left / GIB:.2f} GiB of the {p45.gpu_memory_utilization:g} × "
+            f"{p45.total_memory_bytes / GIB:.0f} GiB budget (less on the card's CUDA total, "
+            f"which gpus.csv lacks)")
+    def v2_runner(log_id: str) -> str:
+        row, pool = logs.loc[log_id], log_pool(log_id, overheads)
+        start = "warm" if "Directly load AOT compilation" in row["log_excerpt"] else "cold"
+        log_vocab = load_model(row["model_slug"]).architecture.vocab_size
+        return (f"vLLM {row['engine_version']} with its V2 model runner on one "
+                f"{load_gpu(row['gpu_slug']).name} ({start} torch.compile cache): the log splits "
+                f"the room besides weights and KV into {float(row['non_torch_gib']):.2f} GiB outside "
+                f"torch and a {float(row['activation_peak_gib']):.2f} GiB activation peak, where "
+                f"kvlib charges {pool.non_torch_bytes / GIB:.2f} GiB outside torch and "
+                f"{pool.activation_sampler_bytes / GIB:.2f} GiB for the dummy sampling pass "
+                f"({overheads.sampler_copies:g} fp32 copies of {pool.max_num_seqs} × {log_vocab:,} "
+                f"logits, fitted on earlier releases); no CUDA-graph estimate was subtracted")
+
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
-            "el30": profiler, "vl02": profiler}
+            "el30": profiler, "vl02": profiler, "el45": el45, "el47": v2_runner("el47"),
+            "el48": v2_runner("el48")}
 
 
 def engine_pool_validation() -> pd.DataFrame:
