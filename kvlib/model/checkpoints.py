@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import pandas as pd
 
-from ..core.data import csv_path
+from ..core.data import csv_path, data_dir
 from .formats import WeightFormat, weight_format
 from .registry import load_model, model_record
 
@@ -65,7 +67,17 @@ def checkpoint_rows() -> pd.DataFrame:
 
 def weight_choices(slug: str) -> list[WeightChoice]:
     """The checkpoints of registry model ``slug``: the published one first, then the rows of
-    ``data/weight_checkpoints.csv`` for it. ValueError when two share a label."""
+    ``data/weight_checkpoints.csv`` for it. ValueError when two share a label. Read once per
+    version of the two files."""
+    model_record(slug)  # an unknown slug is a KeyError naming close matches
+    table, record = csv_path("weight_checkpoints.csv"), data_dir() / "models" / f"{slug}.json"
+    return list(_weight_choices(slug, table, table.stat().st_mtime_ns, record,
+                                record.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=256)
+def _weight_choices(slug: str, table: Path, table_mtime_ns: int, record_path: Path,
+                    record_mtime_ns: int) -> tuple[WeightChoice, ...]:
     record = model_record(slug)
     published = published_weight_format(slug)
     choices = [WeightChoice(weight_format(published).family, published,
@@ -78,7 +90,7 @@ def weight_choices(slug: str) -> list[WeightChoice]:
     if len(set(labels)) < len(labels):
         raise ValueError(f"{slug}: two checkpoints with the same label in {labels} "
                          "(data/weight_checkpoints.csv)")
-    return choices
+    return tuple(choices)
 
 
 def checkpoint_repository(slug: str, weights: WeightFormat | str | Mapping[str, str]) -> str:

@@ -45,7 +45,7 @@ from ..deployment import ENGINE_NAMES, Deployment
 from ..engines.capacity import NoKVMemory, pool_arithmetic
 from ..engines.launch import launch_command
 from ..engines.pools import kv_pool
-from ..hardware.gpus import gpu_slugs, load_gpu, load_prices
+from ..hardware.gpus import GPU, gpu_slugs, load_gpu, load_prices
 # The checkpoints live in the model layer (``launch`` needs their repositories); named here too,
 # where the landing page's readers and chapters look them up.
 from ..model.checkpoints import WeightChoice, checkpoint_repository, weight_choices
@@ -178,12 +178,12 @@ def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
     return sorted({int(n) for n in lengths if n < limit} | {limit})
 
 
-def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str],
+def _speed_modelled(gpu: GPU | str, weight_format: str | Mapping[str, str],
                     engine: str = "vllm") -> str:
     """"" when kvlib's speed model covers ``weight_format`` on ``gpu`` under ``engine``, else
     why not."""
     compute = parse_weights(weight_format).compute_dtype
-    g = load_gpu(gpu)
+    g = gpu if isinstance(gpu, GPU) else load_gpu(gpu)
     if compute == "fp8" and g.fp8_dense_flops is None:
         return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; "
                 f"{ENGINE_NAMES[engine]} would serve them as weight-only FP8, which kvlib's "
@@ -191,9 +191,9 @@ def _speed_modelled(gpu: str, weight_format: str | Mapping[str, str],
     return ""
 
 
-def engine_runs(engine: str, gpu: str) -> str:
+def engine_runs(engine: str, gpu: GPU | str) -> str:
     """"" when ``engine`` runs on ``gpu``, else why not (TensorRT-LLM: NVIDIA GPUs only)."""
-    g = load_gpu(gpu)
+    g = gpu if isinstance(gpu, GPU) else load_gpu(gpu)
     if engine == "tensorrt-llm" and g.vendor != "NVIDIA":
         return f"TensorRT-LLM runs on NVIDIA GPUs only, not the {g.name}"
     return ""
@@ -337,30 +337,34 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
             raise ValueError(f"answer_grid needs at least one of {name}")
     rows = []
     limit = calibrate.banded_batch_limit()
+    loaded = {g: load_gpu(g) for g in gpus}
+    runs = {g: engine_runs(engine, loaded[g]) for g in gpus}
     for slug in models:
         lens = max_model_lens(slug, lengths)
         model = load_model(slug)
         for choice in weight_choices(slug):
+            repository = launch_repository(slug, choice)
+            speed = {g: _speed_modelled(loaded[g], choice.weight_format, engine) for g in gpus}
             for kv in kv_dtypes:
                 for util in utilizations:
                     setting = math.nan if util is None else float(util)
                     for gpu in gpus:
-                        refused = engine_runs(engine, gpu)
+                        g = loaded[gpu]
+                        refused = runs[gpu]
                         if not refused:
-                            d = Deployment(model, gpu, weights=choice.weight_format, kv=kv,
+                            d = Deployment(model, g, weights=choice.weight_format, kv=kv,
                                            gpu_memory_utilization=util, engine=engine)
                             refused = pool_modelled(d)
-                        eng = None if refused else Engine(d, tp_degrees=TP_DEGREES)
-                        unmodelled = refused or _speed_modelled(gpu, choice.weight_format,
-                                                                engine)
+                        unmodelled = refused or speed[gpu]
+                        eng = None if unmodelled else Engine(d, tp_degrees=TP_DEGREES)
                         commands: dict[tuple[int, int], str] = {}
                         for length in lens:
                             for i, o in requests:
                                 if i + o > length:
                                     continue
-                                if eng is None or unmodelled:
+                                if eng is None:
                                     rows.append(_unmodelled_row(
-                                        slug, model.name, choice, kv, setting, engine, gpu,
+                                        slug, model.name, choice, kv, setting, engine, g,
                                         length, i, o, unmodelled, "engine" if refused
                                         else "format"))
                                     continue
@@ -371,8 +375,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
                                     key = (point.n_gpus, length)
                                     if key not in commands:
                                         commands[key] = launch_text(eng.deployment.with_(
-                                            tp=point.n_gpus, max_model_len=length),
-                                            launch_repository(slug, choice))
+                                            tp=point.n_gpus, max_model_len=length), repository)
                                     row["launch"] = commands[key]
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
@@ -381,9 +384,8 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
 
 
 def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, setting: float,
-                    engine: str, gpu: str, length: int, input_tokens: int, output_tokens: int,
+                    engine: str, g: GPU, length: int, input_tokens: int, output_tokens: int,
                     why: str, limit: str) -> dict[str, Any]:
-    g = load_gpu(gpu)
     row = dict.fromkeys(GRID_COLUMNS, math.nan)
     row.update(engine=engine, model=slug, model_name=name, weights=choice.label,
                checkpoint=choice.repository, kv_dtype=kv_dtype,
@@ -817,14 +819,16 @@ def slo_covered(slo: pd.DataFrame) -> str:
 # --- more GPUs per replica, and latency targets ---------------------------------------------
 
 
-def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd.DataFrame:
-    """The grid's fitting rows again on every larger degree of ``TP_DEGREES`` their engine runs
-    the model on (the grid holds the fewest GPUs that fit): the reader's choice of GPUs per
-    replica. vLLM's rows at ``gpu_memory_utilization``, the other engines' at their default
-    fraction. Columns ``GRID_COLUMNS``."""
+def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9,
+               engines: Sequence[str] = ("vllm",)) -> pd.DataFrame:
+    """The grid's fitting rows of ``engines`` again on every larger degree of ``TP_DEGREES``
+    their engine runs the model on (the grid holds the fewest GPUs that fit): the reader's
+    choice of GPUs per replica. vLLM's rows at ``gpu_memory_utilization``, the other engines'
+    at their default fraction. Columns ``GRID_COLUMNS``."""
     setting = grid["gpu_memory_utilization"].map(fraction_key)
-    base = grid[(grid["n_gpus"] > 0) & ((setting == float(gpu_memory_utilization))
-                                        | (grid["engine"] != "vllm") & (setting == "default"))]
+    base = grid[(grid["n_gpus"] > 0) & grid["engine"].isin(list(engines))
+                & ((setting == float(gpu_memory_utilization))
+                   | (grid["engine"] != "vllm") & (setting == "default"))]
     limit = calibrate.banded_batch_limit()
     formats = {(m, c.label): c for m in base["model"].unique() for c in weight_choices(m)}
     models = {m: load_model(m) for m in base["model"].unique()}
@@ -837,6 +841,7 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
                                 gpu_memory_utilization=util, engine=engine),
                      tp_degrees=TP_DEGREES)
         commands: dict[tuple[int, int], str] = {}
+        repository = launch_repository(slug, choice)
         for r in group.itertuples(index=False):
             length = int(r.max_model_len)
             for tp in (t for t in TP_DEGREES if t > r.n_gpus and eng.runs_on(t)):
@@ -844,8 +849,7 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
                                   max_model_len=length, n_gpus=tp)
                 if (tp, length) not in commands:
                     commands[(tp, length)] = launch_text(
-                        eng.deployment.with_(tp=tp, max_model_len=length),
-                        launch_repository(slug, choice))
+                        eng.deployment.with_(tp=tp, max_model_len=length), repository)
                 row = _row(point, choice, models[slug], limit)
                 row.update(model=slug, would_fit="", launch=commands[(tp, length)],
                            gpu_memory_utilization=math.nan if util is None else float(util))
