@@ -4,8 +4,8 @@ the determinism test, and a scratch copy of the repository for the documented co
 Every chapter executes once for the whole session (``executed_book``); the chapter-level tests
 read that execution. The determinism test needs each chapter executed a second time, in fresh
 kernels with another hash seed: that run starts in the background (one chapter at a time) as
-soon as the first one is done, so it overlaps the single-threaded Sphinx build and the tests
-that follow instead of adding its time to theirs.
+soon as the first one is done, and so does the HTML build, so both overlap the tests that
+follow instead of adding their time to them.
 """
 from __future__ import annotations
 
@@ -35,22 +35,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.longrepr = f"skipped under make test, where nothing may be: {reason}"
 
 
-class _SecondExecution:
-    """``book/pipeline.py -o <folder> -j 1`` running in the background."""
+class _Background:
+    """A command running in the background, its output in ``log`` (a file)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.log = open(folder.parent / "second_execution.log", "w+")  # noqa: SIM115
-        env = {**os.environ, "PYTHONHASHSEED": "2026"}  # another str hash order than the first
-        self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "book" / "pipeline.py"), "-o", str(folder), "-j", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+    def __init__(self, what: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
+                 output: Path | None = None) -> None:
+        self.what, self.output = what, output
+        self.log = open(log, "w+")  # noqa: SIM115
+        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=env)
 
-    def wait(self) -> Path:
+    def wait(self) -> None:
         status = self.process.wait(timeout=1800)
         self.log.seek(0)
-        assert status == 0, f"second execution failed:\n{self.log.read()[-4000:]}"
-        return self.folder
+        assert status == 0, f"{self.what} failed:\n{self.log.read()[-4000:]}"
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -60,26 +58,44 @@ class _SecondExecution:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that wait for the background second execution run last, so that it overlaps
-    every other test instead of holding the session up."""
-    items.sort(key=lambda item: "second_execution" in getattr(item, "fixturenames", ()))
+    """Tests that read the built book run after the others, and those that wait for the
+    background second execution last, so that the build and that run overlap every other test
+    instead of holding the session up."""
+    def order(item: pytest.Item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return 2 if "second_execution" in names else 1 if "built_book" in names else 0
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")
-def _second() -> Iterator[list[_SecondExecution]]:
-    holder: list[_SecondExecution] = []
-    yield holder
-    for run in holder:
+def _background() -> Iterator[dict[str, _Background]]:
+    runs: dict[str, _Background] = {}
+    yield runs
+    for run in runs.values():
         run.close()
 
 
-def _start_second(holder: list[_SecondExecution], tmp_path_factory) -> None:
-    if not holder:
-        holder.append(_SecondExecution(tmp_path_factory.mktemp("second") / "chapters"))
+def _start_background(runs: dict[str, _Background], tmp_path_factory) -> None:
+    """After the first execution: the second one (another hash seed, one chapter at a time,
+    into a scratch folder) and the HTML build of the first (``make html``)."""
+    if runs:
+        return
+    scratch = tmp_path_factory.mktemp("second")
+    env = {**os.environ, "PYTHONHASHSEED": "2026"}  # another str hash order than the first
+    runs["second"] = _Background(
+        "second execution", [sys.executable, str(ROOT / "book" / "pipeline.py"), "-o",
+                             str(scratch / "chapters"), "-j", "1"],
+        scratch / "second_execution.log", env, output=scratch / "chapters")
+    if not os.environ.get("KVLIB_BUILT_BOOK"):
+        jb = Path(sys.executable).parent / "jupyter-book"
+        runs["build"] = _Background(
+            "jupyter-book build", [str(jb), "build", "-W", "-n", "--keep-going",
+                                   str(ROOT / "book")], scratch / "build.log")
 
 
 @pytest.fixture(scope="session")
-def executed_book(_second, tmp_path_factory) -> Path:
+def executed_book(_background, tmp_path_factory) -> Path:
     """Every chapter executed by papermill into ``book/chapters`` (``make execute``): once per
     session. Fails with each failing chapter's own error. With ``KVLIB_BUILT_BOOK`` set, the
     notebooks already in ``book/chapters`` are used and nothing is executed."""
@@ -87,19 +103,23 @@ def executed_book(_second, tmp_path_factory) -> Path:
         import pipeline
 
         pipeline.execute_all(jobs=2)
-    _start_second(_second, tmp_path_factory)
+    _start_background(_background, tmp_path_factory)
     return ROOT / "book" / "chapters"
 
 
 @pytest.fixture(scope="session")
-def second_execution(executed_book, _second) -> Path:
+def second_execution(executed_book, _background) -> Path:
     """The folder holding every chapter executed a second time (waits for the background run)."""
-    return _second[0].wait()
+    run = _background["second"]
+    run.wait()
+    assert run.output is not None
+    return run.output
 
 
 @pytest.fixture(scope="session")
-def built_book(executed_book) -> Path:
-    """The HTML built from the session's executed chapters (``make html``).
+def built_book(executed_book, _background) -> Path:
+    """The HTML built from the session's executed chapters (``make html``), built in the
+    background as soon as they are executed.
 
     With ``KVLIB_BUILT_BOOK=<path to an html folder>`` the tests read that build instead (e.g.
     one made with ``jupyter-book build --path-output``), and nothing is built.
@@ -109,10 +129,7 @@ def built_book(executed_book) -> Path:
         path = Path(prebuilt)
         assert (path / "index.html").is_file(), f"KVLIB_BUILT_BOOK={prebuilt} holds no built book"
         return path
-    jb = Path(sys.executable).parent / "jupyter-book"
-    result = subprocess.run([str(jb), "build", "-W", "-n", "--keep-going", str(ROOT / "book")],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    _background["build"].wait()
     return ROOT / "book" / "_build" / "html"
 
 

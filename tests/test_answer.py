@@ -54,6 +54,7 @@ def test_a_second_checkpoint_with_the_same_label_is_refused(monkeypatch):
     rows = answer.checkpoint_rows()
     twin = rows[rows["model"] == "llama-3.1-8b"].iloc[:1].assign(repository="someone/else")
     monkeypatch.setattr(checkpoints, "checkpoint_rows", lambda: pd.concat([rows, twin]))
+    checkpoints._weight_choices.cache_clear()  # read once per version of the files
     with pytest.raises(ValueError, match="same label"):
         answer.weight_choices("llama-3.1-8b")
 
