@@ -10,7 +10,6 @@ follow instead of adding their time to them.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book"))
+
+from doc_commands import make_clone  # noqa: E402
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,12 +59,15 @@ class _Background:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read the built book run after the others, and those that wait for the
-    background second execution last, so that the build and that run overlap every other test
+    """Tests that read the built book or wait for the fork page's background reruns
+    (tests/test_fork.py) run after the others, and those that wait for the background second
+    execution last, so that the build and that run overlap every other test
     instead of holding the session up."""
     def order(item: pytest.Item) -> int:
         names = getattr(item, "fixturenames", ())
-        return 2 if "second_execution" in names else 1 if "built_book" in names else 0
+        if "second_execution" in names:
+            return 2
+        return 1 if "built_book" in names or "reruns" in names else 0
 
     items.sort(key=order)
 
@@ -135,15 +139,5 @@ def built_book(executed_book, _background) -> Path:
 
 @pytest.fixture(scope="session")
 def clone(tmp_path_factory) -> Path:
-    """A scratch repository for the documented commands: data/ and book/ copied (build
-    products left out), the virtual environment, chapters and node_modules linked, so nothing
-    in the checkout changes."""
-    repo = tmp_path_factory.mktemp("fork") / "repo"
-    repo.mkdir()
-    shutil.copytree(ROOT / "data", repo / "data")
-    shutil.copytree(ROOT / "book", repo / "book",
-                    ignore=shutil.ignore_patterns("_build", "chapters", "vendor"))
-    for name in (".venv", "chapters", "node_modules"):
-        (repo / name).symlink_to(ROOT / name)
-    return repo
-
+    """A scratch repository for the documented commands (``doc_commands.make_clone``)."""
+    return make_clone(tmp_path_factory.mktemp("fork") / "repo")

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+
 
 ROOT = Path(__file__).resolve().parent.parent
 _FENCE = re.compile(r"^```(?:\{code-block\} )?(\w+)[ \t]*\n(?::name: (\S+)\n\n)?(.*?)^```",
@@ -85,14 +88,58 @@ def make_recipe(target: str) -> tuple[list[str], list[str]]:
     return match.group(1).split(), [expand(line.strip()) for line in match.group(2).splitlines()]
 
 
+def _env(clone: Path, data: bool | str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KVLIB_DATA"}
+    if data:
+        env["KVLIB_DATA"] = data if isinstance(data, str) else str(clone / "my-data")
+    return env
+
+
 def sh(clone: Path, command: str, data: bool | str = True) -> subprocess.CompletedProcess:
     """Run one documented command in the scratch repository ``clone`` with bash, with
     ``KVLIB_DATA`` exported as the fork page's step 0 does (``data=False``: unset; a string:
     that value, e.g. a relative path); the command must succeed."""
-    env = {k: v for k, v in os.environ.items() if k != "KVLIB_DATA"}
-    if data:
-        env["KVLIB_DATA"] = data if isinstance(data, str) else str(clone / "my-data")
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=clone, env=env,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=clone,
+                            env=_env(clone, data), capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
+
+
+class Started:
+    """``sh`` started in the background: ``finish()`` waits for it and returns what ``sh``
+    would have (the command must succeed); its output goes to files beside ``clone``."""
+
+    def __init__(self, clone: Path, command: str, data: bool | str = True) -> None:
+        self.command = command
+        self.out = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed by finish)
+        self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115
+        self.process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", command], cwd=clone,
+                                        env=_env(clone, data), stdout=self.out, stderr=self.err,
+                                        text=True)
+
+    def finish(self) -> subprocess.CompletedProcess:
+        self.process.wait(timeout=900)
+        self.out.seek(0)
+        self.err.seek(0)
+        result = subprocess.CompletedProcess(self.process.args, self.process.returncode,
+                                             self.out.read(), self.err.read())
+        self.out.close()
+        self.err.close()
+        assert result.returncode == 0, \
+            f"{self.command}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        return result
+
+
+def make_clone(repo: Path) -> Path:
+    """A scratch repository at ``repo`` for the documented commands: data/ and book/ copied
+    (build products left out), the virtual environment, chapters and node_modules linked, so
+    nothing in the checkout changes."""
+    repo.mkdir()
+    shutil.copytree(ROOT / "data", repo / "data")
+    shutil.copytree(ROOT / "book", repo / "book",
+                    ignore=shutil.ignore_patterns("_build", "chapters", "vendor"))
+    for name in (".venv", "chapters", "node_modules"):
+        (repo / name).symlink_to(ROOT / name)
+    (repo / "book" / "chapters").mkdir()  # where the executed chapters go, as after `make book`
+    return repo
+

@@ -41,6 +41,8 @@ def test_the_case_band_files_are_current(results):
     pd.testing.assert_frame_equal(bands, stored, check_dtype=False)
     pd.testing.assert_frame_equal(measured, pd.read_csv(data_dir() / calibrate.CASE_MEASURED_FILE),
                                   check_dtype=False)
+    pd.testing.assert_frame_equal(calibrate.ttft_error_table(), calibrate.ttft_errors(),
+                                  check_dtype=False)
     # 2 vendors × 3 engines × 5 families × 5 TP buckets (1, 2, 4, 8, other) × 6 batch ranges
     assert len(bands) == 900
     # a degree no measurement has (TP 3) is looked up as "another degree": the cell without TP

@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 import kvlib
-from doc_commands import all_commands, commands, inline_commands, make_recipe, named_blocks, sh
+from doc_commands import (Started, all_commands, commands, inline_commands, make_clone,
+                          make_recipe, named_blocks, sh)
 
 ROOT = Path(__file__).resolve().parent.parent
 FORK = ROOT / "book" / "fork.md"
@@ -150,13 +152,33 @@ def test_unset_brings_the_published_data_back(clone):
     assert "my-model" not in listed and "llama-3.1-8b" in listed
 
 
-def test_step3_rerun_one_chapter(clone, monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _started_reruns(tmp_path_factory) -> dict[str, Started | Path]:
+    """The page's two long reruns — chapter 4 and the landing page for the reader's model —
+    started in the background in a scratch repository of their own (steps 0 and 2 run there
+    first) when this module's first test runs; the tests that read them (``reruns``) run at
+    the end of the session, so the reruns overlap the tests between."""
+    repo = make_clone(tmp_path_factory.mktemp("fork-reruns") / "repo")
+    _ensure_model(repo)
+    (mine,) = commands(blocks()["fork-rerun"])
+    (landing,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
+    return {"repo": repo, "chapter 4": Started(repo, mine),
+            "landing": Started(repo, landing, data="my-data")}
+
+
+@pytest.fixture(scope="session")
+def reruns(_started_reruns) -> dict[str, subprocess.CompletedProcess | Path]:
+    """The two background reruns, finished (each must succeed), and their repository."""
+    return {name: run if isinstance(run, Path) else run.finish()
+            for name, run in _started_reruns.items()}
+
+
+def test_step3_rerun_one_chapter(reruns, monkeypatch):
     """Chapter 4 for the reader's model on another GPU and context: every figure follows its
     parameters, and the article's own figures do not move."""
-    _ensure_model(clone)
+    clone = reruns["repo"]
     executed = clone / "book" / "chapters" / "04_cost.ipynb"
-    (mine,) = commands(blocks()["fork-rerun"])
-    assert json.loads(sh(clone, mine).stdout)["parameters"] == {
+    assert json.loads(reruns["chapter 4"].stdout)["parameters"] == {
         "model": "my-model", "gpu": "h200", "context_tokens": 32768, "dollars_per_hour": 2.5}
     glue = {name: glued(executed, name) for name in (
         "c4_my_model", "c4_gpu", "c4_price", "c4_my_context", "c4_my_tokens", "c4_my_conc",
@@ -191,15 +213,12 @@ def test_step3_with_papermill_itself(clone):
     assert math.isclose(float(glued(executed, "scout_long_gib")), scout / 2**30, rel_tol=1e-12)
 
 
-def test_your_model_in_the_landing_pages_chart(clone):
+def test_your_model_in_the_landing_pages_chart(reruns):
     """The page's one-line rerun of the landing page with the reader's model: both chosen
     models, with their checkpoints, are in the calculator. Run with a *relative*
     ``KVLIB_DATA=my-data``: the chapter's kernel works in chapters/ yet reads the clone's
     my-data, the only place my-model exists."""
-    _ensure_model(clone)
-    (rerun,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
-    sh(clone, rerun, data="my-data")
-    executed = clone / "book" / "chapters" / "00_answer.ipynb"
+    executed = reruns["repo"] / "book" / "chapters" / "00_answer.ipynb"
     assert glued(executed, "a_model") == "'My-Model'" and glued(executed, "a_n_models") == "2"
     assert glued(executed, "a_n_checkpoints") == "4"  # my-model's own, Llama-3.1-8B's three
 

@@ -419,6 +419,9 @@ SCHEMAS: dict[str, Schema] = {
         rows=(_band_row,)),
     "speed_case_measured.csv": Schema(
         required={"gpu": SLUG_CELL, "engine": TEXT, "family": TEXT, "n": _POSITIVE_COUNT}),
+    "speed_ttft_bands.csv": Schema(
+        required={"batch_range": TEXT, "n": _POSITIVE_COUNT, "median": number()},
+        optional={"low": number(), "high": number()}),
     # written by kvlib.fit.terms.write_term_selection from throughput.csv and speed_fresh.csv
     "speed_term_selection.csv": Schema(
         required={"terms": TEXT, "step": choice("engine", "vendor", "shared"),
