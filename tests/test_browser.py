@@ -403,7 +403,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     # the downloads: files next to the book, with the expected header
     links = {a.get_attribute("download"): a.get_attribute("href")
              for a in page.locator("a.kvlib-download").all()}
-    assert set(links) == {"answer_grid.csv", "claims.csv"}
+    assert set(links) == {"answer_grid.csv", "two_nodes.csv", "claims.csv"}
     for name, header in (("answer_grid.csv", ",".join(answer.GRID_COLUMNS)),
                          ("claims.csv", "id,claim,source,claimed,recomputed,unit,verdict")):
         got = page.request.get(f"{server}/_static/downloads/{name}")

@@ -355,3 +355,22 @@ def test_vllm_memory_validation_leaves_other_engines_out():
 def test_frames_are_plain():
     t = pools.engine_comparison("llama-3.1-8b", "h100-sxm", context_tokens=8192)
     assert isinstance(t, pd.DataFrame) and t.index.tolist() == [0, 1, 2]
+
+
+def test_the_token_budget_caps_the_batch_that_keeps_up_with_its_prompts():
+    from kvlib.engines.pools import engine_start
+    from kvlib.serve import serving
+    start = engine_start(kvlib.Deployment("nemotron-3-nano-30b-a3b", "mi300x", weights="fp8",
+                                          kv="fp8", gpu_memory_utilization=0.9))
+    # vLLM's 8,192 tokens a step hold b decodes and (b − 1) × 31,744 ÷ 1,024 = 31 (b − 1)
+    # prompt tokens: b ≤ (8,192 + 31) ÷ 32 = 256.97 → 256, though the pool holds 960
+    assert start.sustained_batch(31_744, 1_024) == 256
+    assert start.sustained_batch(1_024, 1_024) == 4_096  # (8,192 + 1) ÷ 2
+    point = serving.serving_point("nemotron-3-nano-30b-a3b",
+                                  "mi300x", input_tokens=31_744, output_tokens=1_024,
+                                  weight_dtype="fp8", kv_dtype="fp8", gpu_memory_utilization=0.9)
+    assert point.max_concurrency > 900 and point.batch == 256
+    with pytest.raises(serving.BatchTooLarge, match="token budget"):
+        serving.serving_point("nemotron-3-nano-30b-a3b", "mi300x", input_tokens=31_744,
+                              output_tokens=1_024, weight_dtype="fp8", kv_dtype="fp8",
+                              gpu_memory_utilization=0.9, batch=300)

@@ -226,7 +226,7 @@
       var options = rows.get(key.join("|")) || [];
       var counts = options.map(function (o) { return o[N]; });
       setOptions(sTp, counts.map(function (c, i) {
-        return [c, c + (i === 0 ? " (the fewest that fit)" : "")];
+        return [c, c === 0 ? "none fits" : c + (i === 0 ? " (the fewest that fit)" : "")];
       }), counts.indexOf(state.n) >= 0 ? state.n : counts[0]);
       sTp.disabled = counts.length < 2;
       var r = options[Math.max(0, counts.indexOf(Number(sTp.value)))];
@@ -235,6 +235,7 @@
       card.textContent = "";
       var prompt = data.prompts[key[7]], output = data.outputs[key[8]];
       var setting = e.settings[key[4]];
+      if (setting === null) { sUtil.options[0].textContent = e.name + "'s default"; }
       line("kc-setup", e.name + " · " + m.name + " · " + w.label + " weights (" + w.repository +
            ") · KV cache " + data.kv_dtypes[key[3]] + " · " + g.name + " · max_model_len " +
            tokens(key[6]) + " · requests of " + tokens(prompt) + " prompt + " + tokens(output) +
@@ -248,10 +249,12 @@
         var why = data.texts[r[N + 2]], fit = data.texts[r[N + 3]];
         var limitWord = {weights: "weights", activation: "weights + activation peak",
                          kv: "KV cache", tp: "GPU count", format: "not modelled",
-                         engine: "not modelled"}[r[N + 1]];
-        line("kc-nofit", "Does not fit (" + limitWord + "): " + why + ".");
+                         engine: "engine"}[r[N + 1]];
+        var wide = r.length > N + 4;  // two nodes of eight hold it
+        line("kc-nofit", (wide ? "Not on one node of up to eight GPUs (" : "Does not fit (") +
+             limitWord + "): " + why + ".");
         if (fit) { line("kc-wouldfit", fit.charAt(0).toUpperCase() + fit.slice(1) + "."); }
-        if (r.length > N + 4) {  // two nodes of eight hold it
+        if (wide) {
           line("kc-wide", data.texts[r[N + 4]] + "; " + money(r[N + 5] * price) + " per 1M " +
                "output tokens at this price, at that speed (so a lower bound).");
           showLaunch("The command that starts it on two nodes (on the head node of a Ray " +
@@ -329,9 +332,12 @@
            offer.basis + ")" : " (data/prices.csv has no offer for this GPU)") + "."
            : "$" + price.toFixed(2) + " per GPU-hour: " + offer.basis +
              " in data/prices.csv — " + offer.rows + ".");
+      if (setting === null) {  // the engine's own default: its value for this case
+        sUtil.options[0].textContent = e.name + "'s default (" + v("memory_fraction") + ")";
+      }
       if (data.texts[v("launch")]) {
         showLaunch("The command that starts " + e.name + " with this pool, every default the " +
-          "figures assume spelled out (" + e.flag + " " + sig3(v("memory_fraction")) +
+          "figures assume spelled out (" + e.flag + " " + v("memory_fraction") +
           (setting === null ? ", " + e.name + "'s default here" : "") + ": the share " +
           e.share + "):", data.texts[v("launch")]);
       } else {

@@ -10,6 +10,7 @@ runs under (most running requests, tokens per step).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -123,6 +124,20 @@ class EngineStart:
     def step_tokens(self, decodes: int) -> int:
         """Tokens a step with ``decodes`` running requests may carry in all."""
         return self.max_batched_tokens + (decodes if self.prompt_tokens_only else 0)
+
+    def sustained_batch(self, input_tokens: int, output_tokens: int) -> int:
+        """The most requests of ``input_tokens`` + ``output_tokens`` that decode together under
+        steady traffic while the prompts arriving beside them fit the step's token budget:
+        with b running, a step carries (b − 1) × input ÷ output prompt tokens on average
+        (``roofline.serving_steps``), within what the budget leaves beside the b decodes —
+        b ≤ (budget + r) ÷ (1 + r) with r = input ÷ output (SGLang, whose chunk counts prompt
+        tokens only: b ≤ chunk ÷ r + 1). 8,192 tokens, prompts of 31,744 + 1,024 (r = 31):
+        ⌊8,223 ÷ 32⌋ = 256. Past it the queue grows and the running batch shrinks to it."""
+        r = positive_integer("input_tokens", input_tokens) / positive_integer(
+            "output_tokens", output_tokens)
+        if self.prompt_tokens_only:
+            return max(1, math.floor(self.max_batched_tokens / r + 1))
+        return max(1, math.floor((self.max_batched_tokens + r) / (1 + r)))
 
 
 def engine_start(deployment: Deployment | Model | str, gpu: GPU | str | None = None,

@@ -441,6 +441,35 @@ def would_fit(grid: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=grid.index, dtype=str)
 
 
+def engine_alternatives(grid: pd.DataFrame) -> pd.DataFrame:
+    """``grid`` (several engines' grids, ``answer_grid``) with each case that does not fit under
+    one engine naming the other engines it fits under, on the same GPU and settings but the
+    memory fraction (fewest GPUs first): "under vLLM it fits on 2 GPUs (choose it under
+    Engine)", after what ``would_fit`` found under its own engine."""
+    keys = ["model", "weights", "kv_dtype", "gpu", "max_model_len", "input_tokens",
+            "output_tokens"]
+    fits: dict[tuple, dict[str, int]] = {}
+    for key, engine, n in zip(grid[keys].itertuples(index=False, name=None), grid["engine"],
+                              grid["n_gpus"]):
+        if n > 0:
+            best = fits.setdefault(key, {})
+            best[engine] = min(best.get(engine, int(n)), int(n))
+    out = grid.copy()
+    words = []
+    for key, engine, n, own in zip(grid[keys].itertuples(index=False, name=None),
+                                   grid["engine"], grid["n_gpus"], grid["would_fit"]):
+        other = {e: k for e, k in fits.get(key, {}).items() if e != engine}
+        if n > 0 or not other:
+            words.append(own)
+            continue
+        also = _or([f"under {ENGINE_NAMES[e]} it fits on {k} GPU{'s' * (k > 1)}"
+                    for e, k in sorted(other.items(), key=lambda item: (item[1], item[0]))])
+        lead = "" if own.startswith("fits none") or not own else own + "; "
+        words.append(f"{lead}{also} (choose it under Engine)")
+    out["would_fit"] = words
+    return out
+
+
 def _setting_words(setting: str, value: Any) -> str:
     if setting == "weights":
         return f"{value} weights"
@@ -798,13 +827,13 @@ def _slo_data(slo: pd.DataFrame, index: Mapping[str, Mapping[Any, int]],
 
 
 def slo_covered(slo: pd.DataFrame) -> str:
-    """The cases of ``slo`` (``slo_grid``) in words: "Llama-3.1-8B (bf16 weights) on 1 × H100
-    or 1 × B200; … — requests of 7,168 + 1,024 tokens, KV cache bf16, …"."""
+    """The cases of ``slo`` (``slo_grid``) in words: "Llama-3.1-8B (bf16 weights) under vLLM on
+    1 × H100 or 1 × B200; … — requests of 7,168 + 1,024 tokens, KV cache bf16, …"."""
     parts = []
-    for (m, w), group in slo.groupby(["model", "weights"], sort=False):
+    for (e, m, w), group in slo.groupby(["engine", "model", "weights"], sort=False):
         on = " or ".join(dict.fromkeys(f"{int(n)} × {short_gpu_name(load_gpu(g).name)}"
                                        for g, n in zip(group["gpu"], group["n_gpus"])))
-        parts.append(f"{load_model(m).name} ({w} weights) on {on}")
+        parts.append(f"{load_model(m).name} ({w} weights) under {ENGINE_NAMES[e]} on {on}")
     settings = []
     for column, words in (("input_tokens", "prompts of {:,} tokens"),
                           ("output_tokens", "outputs of {:,} tokens"),

@@ -74,13 +74,14 @@ class DoesNotFit(ValueError):
 
 
 class BatchTooLarge(ValueError):
-    """The requested batch exceeds the requests the KV pool holds (attributes ``batch`` and
-    ``max_concurrency``)."""
+    """The requested batch exceeds the requests the engine runs together: those the KV pool
+    holds, its running cap, or those whose prompts its token budget keeps up with (attributes
+    ``batch`` and ``max_concurrency``)."""
 
     def __init__(self, batch: int, max_concurrency: float) -> None:
         self.batch, self.max_concurrency = batch, max_concurrency
-        super().__init__(f"batch {batch} exceeds the {max_concurrency:.2f} requests the KV pool "
-                         "holds")
+        super().__init__(f"batch {batch} exceeds the {max_concurrency:.2f} requests the engine "
+                         "runs together (its KV pool, running cap and token budget)")
 
 
 def _gib(n_bytes: int) -> str:
@@ -359,9 +360,11 @@ class Engine:
             return point
         pool = start.pool
         concurrency = pool.max_concurrency(context)
-        held = min(math.floor(concurrency), start.max_running)
+        held = min(math.floor(concurrency), start.max_running,
+                   start.sustained_batch(input_tokens, output_tokens))
         if batch is not None and batch > held:
-            raise BatchTooLarge(batch, min(concurrency, start.max_running))
+            raise BatchTooLarge(batch, min(concurrency, start.max_running,
+                                           start.sustained_batch(input_tokens, output_tokens)))
         running = held if batch is None else batch
         steps, band = self._serving_steps(start, running, input_tokens, output_tokens)
         return ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
