@@ -388,16 +388,20 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     _pick(calc, "prompt", "130,048")
     assert _tiles(calc)["input"] > 0 and "1 request at a time" in _card_text(calc)
 
-    # a case that does not fit: why, and what would
+    # a case that no group of eight holds: why, what would, and the same case on two nodes
+    # with the command that starts it
     _pick(calc, "model", "Llama-3.1-405B")
     _pick(calc, "weights", "bf16")
     text = _card_text(calc)
-    assert "Does not fit (weights): the weights alone, 94.5 GiB per GPU on 8 GPUs" in text
-    assert "Would fit with fp8 weights" in text
-    # one that no group of eight holds: placed on two nodes, with the command that starts it
-    _pick(calc, "model", "DeepSeek-V3")
-    assert "On two nodes of eight (16 × H100" in _card_text(calc)
+    assert ("Not on one node of up to eight GPUs (weights): the weights alone, 94.5 GiB per GPU "
+            "on 8 GPUs") in text
+    assert "Would fit with fp8 weights" in text and "On two nodes of eight (16 × H100" in text
     assert "--pipeline-parallel-size 2" in calc.locator(".kc-launch-command").inner_text()
+    # one that does not fit at all, with its reason and no command
+    _pick(calc, "gpu", "NVIDIA L4")
+    text = _card_text(calc)
+    assert "Does not fit (weights)" in text and not calc.locator(".kc-launch-command").count()
+    _pick(calc, "gpu", "NVIDIA H100 SXM5")
     assert not reader.problems
 
     # the downloads: files next to the book, with the expected header
