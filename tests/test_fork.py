@@ -155,11 +155,14 @@ def test_unset_brings_the_published_data_back(clone):
 @pytest.fixture(scope="session", autouse=True)
 def _started_reruns(tmp_path_factory) -> dict[str, Started | Path]:
     """The page's two long reruns — chapter 4 and the landing page for the reader's model —
-    started in the background in a scratch repository of their own (steps 0 and 2 run there
-    first) when this module's first test runs; the tests that read them (``reruns``) run at
+    started in the background in a scratch repository of their own (step 0 and step 2's
+    registration run there first) when this module's first test runs; the tests that read them (``reruns``) run at
     the end of the session, so the reruns overlap the tests between."""
     repo = make_clone(tmp_path_factory.mktemp("fork-reruns") / "repo")
-    _ensure_model(repo)
+    for command in commands(blocks()["fork-copy"]):  # step 0, and step 2's registration:
+        sh(repo, command, data=False)                # their checks are the tests above
+    _write_config(repo)
+    sh(repo, commands(blocks()["fork-model"])[1])
     (mine,) = commands(blocks()["fork-rerun"])
     (landing,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
     return {"repo": repo, "chapter 4": Started(repo, mine),
