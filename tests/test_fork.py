@@ -153,11 +153,13 @@ def test_unset_brings_the_published_data_back(clone):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _started_reruns(tmp_path_factory) -> dict[str, Started | Path]:
-    """The page's two long reruns — chapter 4 and the landing page for the reader's model —
-    started in the background in a scratch repository of their own (step 0 and step 2's
-    registration run there first) when this module's first test runs; the tests that read them (``reruns``) run at
-    the end of the session, so the reruns overlap the tests between."""
+def _started_reruns(tmp_path_factory, executed_book) -> dict[str, Started | Path]:
+    """The page's long runs, started in the background when this module's first test runs, in
+    two scratch repositories of their own: chapter 4 and the landing page rerun for the
+    reader's model ("repo": step 0 and step 2's registration run there first), and chapter 1
+    rerun with papermill then the book rebuilt with every other chapter as the session
+    executed it ("book": step 0 first). The tests that read them (``reruns``) run at the end of
+    the session, so the runs overlap the tests between."""
     repo = make_clone(tmp_path_factory.mktemp("fork-reruns") / "repo")
     for command in commands(blocks()["fork-copy"]):  # step 0, and step 2's registration:
         sh(repo, command, data=False)                # their checks are the tests above
@@ -165,13 +167,22 @@ def _started_reruns(tmp_path_factory) -> dict[str, Started | Path]:
     sh(repo, commands(blocks()["fork-model"])[1])
     (mine,) = commands(blocks()["fork-rerun"])
     (landing,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
+    book = make_clone(tmp_path_factory.mktemp("fork-rebuild") / "repo")
+    for command in commands(blocks()["fork-copy"]):
+        sh(book, command, data=False)
+    for nb in executed_book.glob("*.ipynb"):
+        if nb.name != "01_per_token_kv.ipynb":
+            shutil.copy(nb, book / "book" / "chapters" / nb.name)
+    convert, execute = commands(blocks()["fork-papermill"])
+    (rebuild,) = commands(blocks()["fork-rebuild"])
     return {"repo": repo, "chapter 4": Started(repo, mine),
-            "landing": Started(repo, landing, data="my-data")}
+            "landing": Started(repo, landing, data="my-data"),
+            "book": book, "rebuild": Started(book, f"{convert} && {execute} && {rebuild}")}
 
 
 @pytest.fixture(scope="session")
 def reruns(_started_reruns) -> dict[str, subprocess.CompletedProcess | Path]:
-    """The two background reruns, finished (each must succeed), and their repository."""
+    """The background runs, finished (each must succeed), and their repositories."""
     return {name: run if isinstance(run, Path) else run.finish()
             for name, run in _started_reruns.items()}
 
@@ -202,12 +213,10 @@ def test_step3_rerun_one_chapter(reruns, monkeypatch):
     assert int(glue["c4_a_tokens"]) == kvlib.kv_pool("llama-3.1-8b", "h100-sxm").tokens
 
 
-def test_step3_with_papermill_itself(clone):
-    _ensure_data(clone)
-    convert, execute = commands(blocks()["fork-papermill"])
-    sh(clone, convert)
-    sh(clone, execute)
-    executed = clone / "book" / "chapters" / "01_per_token_kv.ipynb"
+def test_step3_with_papermill_itself(reruns):
+    """Chapter 1 rerun in fp8 with papermill itself (the two commands, run in the background
+    by ``_started_reruns``)."""
+    executed = reruns["book"] / "book" / "chapters" / "01_per_token_kv.ipynb"
     injected = [c for c in nbformat.read(executed, as_version=4).cells
                 if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and 'dtype = "fp8"' in injected[0].source
@@ -226,18 +235,12 @@ def test_your_model_in_the_landing_pages_chart(reruns):
     assert glued(executed, "a_n_checkpoints") == "4"  # my-model's own, Llama-3.1-8B's three
 
 
-def test_step4_rebuild(clone, executed_book):
-    """The rebuild command, verbatim, on the clone: chapter 1 rerun in fp8 with papermill
-    (step 3), every other chapter as the session executed it."""
-    executed = clone / "book" / "chapters" / "01_per_token_kv.ipynb"
-    if not executed.is_file() or 'dtype = "fp8"' not in executed.read_text():
-        test_step3_with_papermill_itself(clone)
-    for nb in executed_book.glob("*.ipynb"):
-        if nb.name != "01_per_token_kv.ipynb":
-            shutil.copy(nb, clone / "book" / "chapters" / nb.name)
-    (rebuild,) = commands(blocks()["fork-rebuild"])
-    sh(clone, rebuild)
-    page = (clone / "book" / "_build" / "html" / "chapters" / "01_per_token_kv.html").read_text()
+def test_step4_rebuild(reruns):
+    """The rebuild command, verbatim, after chapter 1's rerun in fp8 with papermill (step 3),
+    every other chapter as the session executed it (run in the background by
+    ``_started_reruns``)."""
+    html = reruns["book"] / "book" / "_build" / "html"
+    page = (html / "chapters" / "01_per_token_kv.html").read_text()
     assert re.search(r'dtype</span> <span class="o">=</span> <span class="s2">"fp8"</span>', page)
-    assert (clone / "book" / "_build" / "html" / "index.html").is_file()
+    assert (html / "index.html").is_file()
 
