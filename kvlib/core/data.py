@@ -419,6 +419,10 @@ SCHEMAS: dict[str, Schema] = {
         rows=(_band_row,)),
     "speed_case_measured.csv": Schema(
         required={"gpu": SLUG_CELL, "engine": TEXT, "family": TEXT, "n": _POSITIVE_COUNT}),
+    # written by kvlib.serve.measured.write_latency_summary from serving_benchmarks.csv
+    "serving_latency_summary.csv": Schema(
+        required={"ttft_longer": number(), "ttft_n": _POSITIVE_COUNT, "tpot_error": number(),
+                  "tpot_n": _POSITIVE_COUNT}),
     "speed_ttft_bands.csv": Schema(
         required={"batch_range": TEXT, "n": _POSITIVE_COUNT, "median": number()},
         optional={"low": number(), "high": number()}),

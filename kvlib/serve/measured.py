@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from ..core.data import csv_path
+from ..core.data import csv_path, data_dir
 from ..deployment import ENGINES, Deployment
 from ..engines.workloads import random_lengths
 from ..fit import calibrate
@@ -137,6 +137,37 @@ def error_table(errors: pd.DataFrame | None = None) -> pd.DataFrame:
             row[f"{stat} points"] = int(len(e))
         rows.append(row)
     return pd.DataFrame(rows).set_index("load band")
+
+
+#: ``latency_summary`` of ``serving_errors`` as stored (``write_latency_summary``); Appendix A,
+#: which replays every benchmark, asserts it is current.
+SUMMARY_FILE = "serving_latency_summary.csv"
+
+
+def latency_summary(errors: pd.DataFrame | None = None) -> dict[str, float | int]:
+    """What the landing page says of the simulation against published serving benchmarks below
+    90 % of saturation (the first two ``RATE_BANDS``, replayed points only): ttft_longer, the
+    median of measured ÷ simulated p99 TTFT − 1, over ttft_n points; tpot_error, the median
+    signed error of the median time per output token, over tpot_n points."""
+    errors = serving_errors() if errors is None else errors
+    below = [label for _, _, label in RATE_BANDS[:2]]
+    ran = errors[(errors["not_replayed"] == "") & errors["band"].isin(below)]
+    longer = (ran["p99_ttft_s_measured"] / ran["p99_ttft_s_predicted"] - 1).dropna()
+    tpot = ran["median_tpot_s_error"].dropna()
+    return {"ttft_longer": float(longer.median()), "ttft_n": int(len(longer)),
+            "tpot_error": float(tpot.median()), "tpot_n": int(len(tpot))}
+
+
+def write_latency_summary() -> None:
+    """Regenerate ``data/<SUMMARY_FILE>`` (after a change to the simulation or the speed model)."""
+    pd.DataFrame([latency_summary()]).to_csv(data_dir() / SUMMARY_FILE, index=False)
+
+
+def stored_latency_summary() -> dict[str, float | int]:
+    """``latency_summary`` as stored in ``data/<SUMMARY_FILE>`` (no replay: seconds saved)."""
+    row = pd.read_csv(csv_path(SUMMARY_FILE)).iloc[0]
+    return {"ttft_longer": float(row["ttft_longer"]), "ttft_n": int(row["ttft_n"]),
+            "tpot_error": float(row["tpot_error"]), "tpot_n": int(row["tpot_n"])}
 
 
 def signed_median(errors: pd.DataFrame, stat: str) -> float:
