@@ -340,9 +340,12 @@ class Deployment:
             block_size=DEFAULT_BLOCK_SIZE if self.block_size is None else self.block_size)
 
     def with_(self, **changes: Any) -> Deployment:
-        """A copy with ``changes`` (field names), the model kept as it was given."""
-        return replace(self, model=self.slug if self.slug != self.model.name else self.model,
-                       **changes)
+        """A copy with ``changes`` (field names), the model kept as it was given (the same
+        ``Model``, and its registry slug: not read from the registry again)."""
+        copy = replace(self, **changes)
+        if "model" not in changes:
+            object.__setattr__(copy, "slug", self.slug)
+        return copy
 
 
 #: The keyword names of the functions that predate ``Deployment`` → its field names.
