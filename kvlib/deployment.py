@@ -289,9 +289,9 @@ class Deployment:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
         if self.engine == "vllm" and self.engine_version is not None:
             vllm_memory_rules(self.engine_version)  # a release the rules cover
-        if self.engine == "tensorrt-llm" and self.gpu.vendor != "NVIDIA":
-            raise ValueError(f"TensorRT-LLM runs on NVIDIA GPUs only, not the {self.gpu.name}: "
-                             "choose engine vllm or sglang")
+        refused = engine_refusal(self.engine, self.gpu)
+        if refused:
+            raise ValueError(f"{refused}: choose engine vllm or sglang")
         if self.gpu_memory_utilization is not None and not (
                 0 < number("gpu_memory_utilization", self.gpu_memory_utilization) <= 1):
             raise ValueError("gpu_memory_utilization must be in (0, 1], "
@@ -346,6 +346,13 @@ class Deployment:
         if "model" not in changes:
             object.__setattr__(copy, "slug", self.slug)
         return copy
+
+
+def engine_refusal(engine: str, gpu: GPU) -> str:
+    """"" when ``engine`` runs on ``gpu``, else why not: TensorRT-LLM runs on NVIDIA GPUs only."""
+    if engine == "tensorrt-llm" and gpu.vendor != "NVIDIA":
+        return f"TensorRT-LLM runs on NVIDIA GPUs only, not the {gpu.name}"
+    return ""
 
 
 #: The keyword names of the functions that predate ``Deployment`` → its field names.

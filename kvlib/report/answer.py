@@ -41,7 +41,7 @@ from ..fit import calibrate
 from ..engines.capacity import derived_max_model_len
 from ..serve.cost import cost_per_million_tokens
 from ..core.data import csv_path
-from ..deployment import ENGINE_NAMES, Deployment
+from ..deployment import ENGINE_NAMES, Deployment, engine_refusal
 from ..engines.capacity import NoKVMemory, pool_arithmetic
 from ..engines.launch import launch_command
 from ..engines.pools import kv_pool
@@ -191,14 +191,6 @@ def _speed_modelled(gpu: GPU | str, weight_format: str | Mapping[str, str],
     return ""
 
 
-def engine_runs(engine: str, gpu: GPU | str) -> str:
-    """"" when ``engine`` runs on ``gpu``, else why not (TensorRT-LLM: NVIDIA GPUs only)."""
-    g = gpu if isinstance(gpu, GPU) else load_gpu(gpu)
-    if engine == "tensorrt-llm" and g.vendor != "NVIDIA":
-        return f"TensorRT-LLM runs on NVIDIA GPUs only, not the {g.name}"
-    return ""
-
-
 def pool_modelled(deployment: Deployment) -> str:
     """"" when kvlib sizes ``deployment``'s pool (vLLM's always; SGLang's and TensorRT-LLM's
     not for every layer kind: their ``kv_pool`` says which), else why not."""
@@ -225,6 +217,11 @@ FRACTION_FLAGS = {
     "tensorrt-llm": ("--kv_cache_free_gpu_memory_fraction", "of the memory free after the "
                      "weights and the profiling pass, for the KV cache"),
 }
+
+
+def _setting_order(value: Any) -> tuple[bool, str, float]:
+    """Sorts a grid axis: numbers by value, then words ("default", labels) by name."""
+    return (True, value, 0.0) if isinstance(value, str) else (False, "", float(value))
 
 
 def fraction_key(value: Any) -> float | str:
@@ -338,7 +335,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
     rows = []
     limit = calibrate.banded_batch_limit()
     loaded = {g: load_gpu(g) for g in gpus}
-    runs = {g: engine_runs(engine, loaded[g]) for g in gpus}
+    runs = {g: engine_refusal(engine, loaded[g]) for g in gpus}
     for slug in models:
         lens = max_model_lens(slug, lengths)
         model = load_model(slug)
@@ -414,8 +411,7 @@ def would_fit(grid: pd.DataFrame) -> pd.Series:
         fraction_key))
     fits = {tuple(k): int(n) for k, n in zip(frame.itertuples(index=False), grid["n_gpus"])}
     names = dict(zip(grid["gpu"], grid["gpu_name"]))
-    options = {k: sorted(set(frame[k]), key=lambda v: (isinstance(v, str), str(v)) if
-                         isinstance(v, str) else (False, v)) for k in _SETTINGS}
+    options = {k: sorted(set(frame[k]), key=_setting_order) for k in _SETTINGS}
     gpus = sorted(set(grid["gpu"]))
     out = []
     for row in frame.itertuples(index=False):
@@ -709,8 +705,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     kv = list(dict.fromkeys(grid["kv_dtype"]))
     engines = [e for e in PAGE_ENGINES if e in set(grid["engine"])]
     settings = {e: sorted(set(grid.loc[grid["engine"] == e, "gpu_memory_utilization"].map(
-        fraction_key)), key=lambda v: (isinstance(v, str), 0.0 if isinstance(v, str) else v))
-        for e in engines}
+        fraction_key)), key=_setting_order) for e in engines}
     prompts = sorted(set(int(p) for p in grid["input_tokens"]))
     outputs = sorted(set(int(o) for o in grid["output_tokens"]))
     offers = market_prices()
@@ -848,26 +843,21 @@ def slo_covered(slo: pd.DataFrame) -> str:
 # --- more GPUs per replica, and latency targets ---------------------------------------------
 
 
-def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9,
-               engines: Sequence[str] = ("vllm",)) -> pd.DataFrame:
-    """The grid's fitting rows of ``engines`` again on every larger degree of ``TP_DEGREES``
-    their engine runs the model on (the grid holds the fewest GPUs that fit): the reader's
-    choice of GPUs per replica. vLLM's rows at ``gpu_memory_utilization``, the other engines'
-    at their default fraction. Columns ``GRID_COLUMNS``."""
-    setting = grid["gpu_memory_utilization"].map(fraction_key)
-    base = grid[(grid["n_gpus"] > 0) & grid["engine"].isin(list(engines))
-                & ((setting == float(gpu_memory_utilization))
-                   | (grid["engine"] != "vllm") & (setting == "default"))]
+def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd.DataFrame:
+    """The grid's fitting vLLM rows at ``gpu_memory_utilization`` again on every larger degree
+    of ``TP_DEGREES`` vLLM runs the model on (the grid holds the fewest GPUs that fit): the
+    reader's choice of GPUs per replica. Columns ``GRID_COLUMNS``."""
+    base = grid[(grid["n_gpus"] > 0) & (grid["engine"] == "vllm")
+                & (grid["gpu_memory_utilization"] == gpu_memory_utilization)]
     limit = calibrate.banded_batch_limit()
     formats = {(m, c.label): c for m in base["model"].unique() for c in weight_choices(m)}
     models = {m: load_model(m) for m in base["model"].unique()}
     rows = []
-    keys = ["engine", "model", "weights", "kv_dtype", "gpu"]
-    for (engine, slug, w, kv, gpu), group in base.groupby(keys, sort=False):
+    keys = ["model", "weights", "kv_dtype", "gpu"]
+    for (slug, w, kv, gpu), group in base.groupby(keys, sort=False):
         choice = formats[(slug, w)]
-        util = gpu_memory_utilization if engine == "vllm" else None
         eng = Engine(Deployment(models[slug], gpu, weights=choice.weight_format, kv=kv,
-                                gpu_memory_utilization=util, engine=engine),
+                                gpu_memory_utilization=gpu_memory_utilization),
                      tp_degrees=TP_DEGREES)
         commands: dict[tuple[int, int], str] = {}
         repository = launch_repository(slug, choice)
@@ -881,7 +871,7 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9,
                         eng.deployment.with_(tp=tp, max_model_len=length), repository)
                 row = _row(point, choice, models[slug], limit)
                 row.update(model=slug, would_fit="", launch=commands[(tp, length)],
-                           gpu_memory_utilization=math.nan if util is None else float(util))
+                           gpu_memory_utilization=float(gpu_memory_utilization))
                 rows.append(row)
     return pd.DataFrame(rows, columns=GRID_COLUMNS)
 

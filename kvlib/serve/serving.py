@@ -360,11 +360,11 @@ class Engine:
             return point
         pool = start.pool
         concurrency = pool.max_concurrency(context)
-        held = min(math.floor(concurrency), start.max_running,
-                   start.sustained_batch(input_tokens, output_tokens))
+        runs_together = min(concurrency, start.max_running,
+                            start.sustained_batch(input_tokens, output_tokens))
+        held = math.floor(runs_together)
         if batch is not None and batch > held:
-            raise BatchTooLarge(batch, min(concurrency, start.max_running,
-                                           start.sustained_batch(input_tokens, output_tokens)))
+            raise BatchTooLarge(batch, runs_together)
         running = held if batch is None else batch
         steps, band = self._serving_steps(start, running, input_tokens, output_tokens)
         return ServingPoint(**terms, n_gpus=pool.n_gpus, max_concurrency=float(concurrency),
