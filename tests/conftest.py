@@ -21,6 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book"))
 
 from doc_commands import make_clone  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every run (a red CI must be reproducible, and one
+# that passed stays passed); HYPOTHESIS_PROFILE=explore draws fresh ones, to look for new bugs.
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -40,7 +40,9 @@ def test_published_weight_format():
 def test_weight_choices_are_the_published_checkpoint_and_the_listed_ones():
     llama = answer.weight_choices("llama-3.1-70b")
     assert [c.label for c in llama] == ["bf16", "fp8", "int4"]
-    assert llama[0].published and llama[0].repository == "meta-llama/Meta-Llama-3.1-70B"
+    # the chat checkpoint of the bf16 row of weight_checkpoints.csv, not the base repository
+    # (meta-llama/Meta-Llama-3.1-70B) the record's config was read from
+    assert llama[0].published and llama[0].repository == "meta-llama/Llama-3.1-70B-Instruct"
     assert llama[1].repository == "RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8"
     assert llama[2].weight_format == "int4-g128-zp" and not llama[2].published
     assert [c.label for c in answer.weight_choices("deepseek-v3")] == ["fp8"]

@@ -156,7 +156,7 @@ def test_fit_and_cost_print_the_launch_command():
         "--max-model-len 8192 --gpu-memory-utilization 0.9 --kv-cache-dtype fp8 "
         "--max-num-seqs 1024 --max-num-batched-tokens 8192")
     text = run("fit", "llama-3.1-8b", "h100-sxm", "--max-num-seqs", "8").stdout
-    assert ("launch                    vllm serve meta-llama/Meta-Llama-3.1-8B "
+    assert ("launch                    vllm serve meta-llama/Llama-3.1-8B-Instruct "
             "--tensor-parallel-size 1 --max-model-len 8192") in text and "--max-num-seqs 8 " in text
     cost = json.loads(run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.9", "--util",
                           "0.85", "--json").stdout)

@@ -188,7 +188,7 @@ def test_three_commands_by_hand():
         "--max-num-seqs 1024 --max-num-batched-tokens 8192")
     # no max_model_len: the model's own (131,072); an A100 gets vLLM's 256 sequences
     assert launch_command(Deployment("llama-3.1-8b", "a100-80gb")).argv == [
-        "vllm", "serve", "meta-llama/Meta-Llama-3.1-8B", "--tensor-parallel-size", "1",
+        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--tensor-parallel-size", "1",
         "--max-model-len", "131072", "--gpu-memory-utilization", "0.9",
         "--kv-cache-dtype", "auto", "--max-num-seqs", "256", "--max-num-batched-tokens", "8192"]
     # DeepSeek-V3.2: vLLM's "auto" would be an fp8 cache, so bf16 is named

@@ -4,7 +4,9 @@
 * ``published_weight_format``: the format the record's own checkpoint is stored in (its
   config's ``quantization_config``, else bf16).
 * ``weight_choices``: that checkpoint first, then the rows of ``data/weight_checkpoints.csv``
-  for the model (FP8, 4-bit AWQ, ...), each with its repository and source. A model *has* an
+  for the model (FP8, 4-bit AWQ, ...), each with its repository and source. A row in the
+  record's own format names the post-trained (chat) checkpoint a launch command loads where the
+  record was read from the base model's config (Llama-3.1: same architecture, another repository). A model *has* an
   fp8 or int4 checkpoint when, and only when, its config or such a row says so.
 * ``checkpoint_repository``: the repository of the checkpoint stored in a given weight format,
   never a guess (ValueError when none is recorded) — what ``vllm serve <repo>`` loads.
@@ -84,6 +86,11 @@ def _weight_choices(slug: str, table: Path, table_mtime_ns: int, record_path: Pa
                             record["source"].get("repo", slug), record["source"]["url"], True)]
     rows = checkpoint_rows()
     for row in rows[rows["model"] == slug].itertuples():
+        if weight_format(row.weight_format) == weight_format(published):
+            # the post-trained (chat) checkpoint of a record read from its base model's config
+            choices[0] = WeightChoice(choices[0].label, published, row.repository,
+                                      row.source_url, True)
+            continue
         choices.append(WeightChoice(weight_format(row.weight_format).family, row.weight_format,
                                     row.repository, row.source_url, False))
     labels = [c.label for c in choices]
