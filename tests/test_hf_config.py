@@ -179,6 +179,17 @@ def test_arbitrary_configs_give_a_result_or_a_clear_error(slug, mutations):
     assert time.perf_counter() - start < 1.0
 
 
+def test_expert_blocks_without_an_expert_count():
+    # CI's fuzz case: Nemotron-H's pattern has "E" (MoE) blocks; without n_routed_experts the
+    # KV is still known (experts cache nothing), the weights are not: a clear error, no assert
+    config = copy.deepcopy(kvlib.model_record("nemotron-3-nano-30b-a3b")["config"])
+    text_config(config).pop("n_routed_experts")
+    assert Model.from_hf_config(config).kv_bytes_per_token() == Model.from_hf_config(
+        kvlib.model_record("nemotron-3-nano-30b-a3b")["config"]).kv_bytes_per_token()
+    with pytest.raises(ValueError, match="expert .MoE. blocks but no expert count"):
+        count_params(config)
+
+
 def test_registry_configs_read_unchanged():
     # reading never mutates the config it is given
     for _, config in _registry_configs():

@@ -1565,9 +1565,6 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     n_layers = _layer_count(c)
     _check_per_layer_fields(c, n_layers)
     layers = _layers(c, n_layers)
-    if any(spec.ffn == "moe" for spec in layers) and not _n_experts(c):
-        raise ValueError(f"{c.model}: the layer pattern has expert (MoE) blocks but no expert "
-                         "count: set n_routed_experts (or num_experts / num_local_experts)")
     mixers = frozenset(spec.mixer for spec in layers)
     hidden = c.opt_int(*_HIDDEN_KEYS)
     attention = (_attention(c, model_type, mixers)

@@ -264,7 +264,9 @@ def count_architecture(arch: Architecture) -> ParamCounts:
         # The feed-forward part of the layer
         mats = 3 if mlp is not None and mlp.gated else 2
         if spec.ffn == "moe":
-            assert moe is not None
+            if moe is None:  # a Nemotron-H "E" block: the KV needs no expert count, weights do
+                raise ValueError(f"{label}: the layer pattern has expert (MoE) blocks but no "
+                                 "expert count: set n_routed_experts (or num_experts)")
             n_moe_layers += 1
             moe_inter = _need(moe.intermediate_size, label, "moe_intermediate_size")
             per_expert = mats * hidden * moe_inter
