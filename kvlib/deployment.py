@@ -48,20 +48,72 @@ DEFAULT_BLOCK_SIZE = 16
 BOOK_MAX_NUM_BATCHED_TOKENS = 8192
 
 
+#: vLLM's model runners: the V1 ``GPUModelRunner`` and the V2 one (``vllm/v1/worker/gpu/``).
+MODEL_RUNNERS = ("v1", "v2")
+
+
 @dataclass(frozen=True)
 class VLLMMemoryRules:
-    """The memory rules of a range of vLLM releases (one row of ``data/vllm_memory_rules.csv``):
-    since/until: first release with them and first without ("" = open); the default
+    """The memory rules of one model runner over a range of vLLM releases (one row of
+    ``data/vllm_memory_rules.csv``): since/until: first release with them and first without
+    ("" = open); runner: "v1" or "v2"; default_for: which models the release runs on it
+    ("all"; "the rest": those its V2 row does not take; "listed dense unquantized", "listed",
+    "listed or dense": by ``architectures``, see ``takes``); the default
     ``gpu_memory_utilization``; whether the CUDA-graph estimate is subtracted before the KV
-    cache is sized; the activation profile and tensor-parallel buffers, in words; source."""
+    cache is sized; sampler_term: how kvlib charges the dummy sampling pass ("fitted": the
+    calibrated fp32 copies, ``Overheads.sampler_copies``; "logits": one logits tensor in the
+    model dtype, ``Overheads.v2_logit_bytes``); the activation profile and tensor-parallel
+    buffers, in words; source."""
 
     since: str
     until: str
+    runner: str
+    default_for: str
+    architectures: tuple[str, ...]
     default_gpu_memory_utilization: float
     cuda_graphs_in_profile: bool
+    sampler_term: str
     activation_profile: str
     tp_buffers: str
     source: str
+
+    @property
+    def label(self) -> str:
+        """The releases and runner in words: "before 0.21", "0.25–0.28, V2 runner"."""
+        if not self.since:
+            return f"before {_minor(self.until)}"
+        first = _minor(self.since)
+        if not self.until:
+            span = f"{first} and later"
+        else:
+            major, minor = vllm_release(self.until)[:2]
+            last = f"{major}.{minor - 1}"
+            span = first if last == first else f"{first}–{last}"
+        return f"{span}, {self.runner.upper()} runner"
+
+    def takes(self, model: Model, quantized: bool = False) -> bool:
+        """Whether this row's release runs ``model`` on this row's runner by default
+        (``VllmConfig._is_default_v2_model_runner_model`` of each release; ``quantized``: the
+        weights are not bf16/fp16). "dense": no experts and no recurrent state. Features that
+        make vLLM fall back to V1 (custom logits processors, some speculative methods) are not
+        modelled."""
+        if self.default_for in ("all", "the rest"):
+            return True
+        arch = model.architecture
+        listed = arch is not None and any(a in self.architectures for a in arch.architectures)
+        dense = arch is not None and arch.moe is None and not model.has_state
+        if self.default_for == "listed dense unquantized":
+            return listed and dense and not quantized
+        if self.default_for == "listed":
+            return listed
+        if self.default_for == "listed or dense":
+            return dense or (listed and not model.has_state)
+        raise ValueError(f"vllm_memory_rules.csv: unknown default_for {self.default_for!r}")
+
+
+def _minor(version: str) -> str:
+    major, minor = vllm_release(version)[:2]
+    return f"{major}.{minor}"
 
 
 def vllm_release(version: str) -> tuple[int, ...] | None:
@@ -74,27 +126,37 @@ def vllm_release(version: str) -> tuple[int, ...] | None:
 
 
 @lru_cache(maxsize=1)
-def _rules() -> tuple[VLLMMemoryRules, ...]:
+def vllm_rule_rows() -> tuple[VLLMMemoryRules, ...]:
+    """Every row of ``data/vllm_memory_rules.csv``, in file order."""
     with open(csv_path("vllm_memory_rules.csv"), newline="", encoding="utf-8") as f:
         return tuple(VLLMMemoryRules(
-            since=r["since_version"], until=r["until_version"],
+            since=r["since_version"], until=r["until_version"], runner=r["model_runner"],
+            default_for=r["default_for"], architectures=tuple(r["default_architectures"].split()),
             default_gpu_memory_utilization=float(r["default_gpu_memory_utilization"]),
             cuda_graphs_in_profile=r["cuda_graphs_in_profile"] == "true",
-            activation_profile=r["activation_profile"], tp_buffers=r["tp_buffers"],
-            source=r["source_url"]) for r in csv.DictReader(f))
+            sampler_term=r["sampler_term"], activation_profile=r["activation_profile"],
+            tp_buffers=r["tp_buffers"], source=r["source_url"]) for r in csv.DictReader(f))
 
 
-def vllm_memory_rules(version: str) -> VLLMMemoryRules:
-    """The rules of vLLM ``version`` ("0.19.0", "0.33.0"). ValueError for a string that names
-    no release."""
+def vllm_memory_rules(version: str, model: Model | str | None = None, *,
+                      quantized: bool = False) -> VLLMMemoryRules:
+    """The rules of vLLM ``version`` ("0.19.0", "0.33.0") for ``model``: those of the runner
+    the release runs it on by default (its V2 row when that row ``takes`` the model, else its
+    V1 row). Without a model, the runner the release runs every model on that it does not
+    single out (V1 before 0.29, V2 from 0.29). ValueError for a string that names no release."""
     release = vllm_release(version)
     if release is None:
         raise ValueError(f"vLLM version {version!r} names no release (give e.g. '0.19.0')")
-    for rules in _rules():
-        if ((not rules.since or release >= vllm_release(rules.since))
-                and (not rules.until or release < vllm_release(rules.until))):
-            return rules
-    raise ValueError(f"no vLLM memory rules cover version {version!r}")
+    rows = {r.runner: r for r in vllm_rule_rows()
+            if (not r.since or release >= vllm_release(r.since))
+            and (not r.until or release < vllm_release(r.until))}
+    if not rows:
+        raise ValueError(f"no vLLM memory rules cover version {version!r}")
+    v2 = rows.get("v2")
+    if v2 is not None and (v2.default_for == "all" or "v1" not in rows or (
+            model is not None and v2.takes(resolve_model(model), quantized))):
+        return v2
+    return rows["v1"]
 
 
 def default_max_num_seqs(gpu: GPU) -> int:
@@ -338,6 +400,14 @@ class Deployment:
             max_num_batched_tokens=(BOOK_MAX_NUM_BATCHED_TOKENS if self.max_num_batched_tokens
                                     is None else self.max_num_batched_tokens),
             block_size=DEFAULT_BLOCK_SIZE if self.block_size is None else self.block_size)
+
+    def vllm_rules(self) -> VLLMMemoryRules:
+        """vLLM's memory rules for this deployment: those of its release (the pinned
+        ``VLLM_VERSION`` when it names none) for the runner that release runs its model on
+        (``vllm_memory_rules``; quantized: any component stored in fewer than 16 bits)."""
+        quantized = min(self.weights.bits.values()) < 16
+        return vllm_memory_rules(self.engine_version or VLLM_VERSION, self.model,
+                                 quantized=quantized)
 
     def with_(self, **changes: Any) -> Deployment:
         """A copy with ``changes`` (field names), the model kept as it was given (the same

@@ -224,12 +224,73 @@ def test_vllm_memory_rules_by_version():
     r19, r33 = deployment.vllm_memory_rules("0.19.0"), deployment.vllm_memory_rules("0.33.0")
     assert (r19.default_gpu_memory_utilization, r19.cuda_graphs_in_profile) == (0.9, False)
     assert (r33.default_gpu_memory_utilization, r33.cuda_graphs_in_profile) == (0.92, True)
-    assert deployment.vllm_memory_rules("0.21.0") == r33
+    r21 = deployment.vllm_memory_rules("0.21.0")
+    assert (r21.default_gpu_memory_utilization, r21.cuda_graphs_in_profile) == (0.92, True)
     assert deployment.vllm_memory_rules("0.20.2rc1.dev5+gabc") == r19
     assert deployment.vllm_release("0.15.2rc1.dev93+g11a4c9d30") == (0, 15, 2)
     assert deployment.vllm_release("main, 2024-12-13 (v0 worker)") is None
     with pytest.raises(ValueError, match="names no release"):
         deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="nightly")
+
+
+def test_the_model_runner_each_release_gives_a_model():
+    # each wheel's VllmConfig._is_default_v2_model_runner_model: Qwen3 dense from 0.22, Llama and
+    # Mistral from 0.23, quantized and six listed architectures (MoE ones too) in 0.24, every
+    # dense model from 0.25, all models from 0.29
+    def runner(version, slug, quantized=False):
+        return deployment.vllm_memory_rules(version, slug, quantized=quantized).runner
+
+    assert [runner(v, "qwen3-8b") for v in ("0.21.0", "0.22.0", "0.27.1", "0.33.0")] == [
+        "v1", "v2", "v2", "v2"]
+    assert runner("0.22.0", "qwen3-8b", quantized=True) == "v1"
+    assert runner("0.24.0", "qwen3-8b", quantized=True) == "v2"
+    assert [runner(v, "llama-3.1-8b") for v in ("0.22.0", "0.23.0")] == ["v1", "v2"]
+    assert [runner(v, "gemma-3-27b") for v in ("0.24.0", "0.25.0")] == ["v1", "v2"]
+    assert [runner(v, "deepseek-v2") for v in ("0.23.0", "0.24.0", "0.25.0")] == ["v1", "v2", "v2"]
+    # MoE and hybrids stay on V1 until 0.29
+    assert [runner(v, "qwen3-30b-a3b") for v in ("0.25.0", "0.28.0", "0.29.0")] == ["v1", "v1", "v2"]
+    assert [runner(v, "qwen3-next-80b-a3b") for v in ("0.28.0", "0.29.0")] == ["v1", "v2"]
+    assert runner("0.27.1", None) == "v1" and runner("0.29.0", None) == "v2"
+    # one default utilization per release, whatever the runner; the V2 runner of 0.22–0.28
+    # subtracts no CUDA-graph estimate, and only 0.22–0.32's profiles no fp32 sampling pipeline
+    for minor in range(0, 40):
+        version = f"0.{minor}.0"
+        pair = {deployment.vllm_memory_rules(version, m).default_gpu_memory_utilization
+                for m in ("qwen3-8b", "qwen3-30b-a3b")}
+        assert len(pair) == 1, version
+    v2 = {r.label: r for r in deployment.vllm_rule_rows() if r.runner == "v2"}
+    assert [(r.cuda_graphs_in_profile, r.sampler_term) for r in v2.values()] == [
+        (False, "logits")] * 4 + [(True, "logits"), (True, "fitted")]
+    assert list(v2) == ["0.22, V2 runner", "0.23, V2 runner", "0.24, V2 runner",
+                        "0.25–0.28, V2 runner", "0.29–0.32, V2 runner",
+                        "0.33 and later, V2 runner"]
+
+
+def test_the_v2_runner_of_0_22_to_0_32_profiles_bf16_logits_only():
+    # Qwen3-8B on an RTX 4090 at 256 sequences: V1's fitted 8.55 fp32 copies are 1.24 GiB; the
+    # V2 runner of 0.27.1 holds one bf16 logits tensor, 2 × 256 × 151,936 B = 0.07 GiB, under
+    # the forward pass's 0.18 GiB: the pool grows by the 1.24 − 0.18 GiB difference
+    v1 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.21.0",
+                                       max_num_batched_tokens=2048))
+    v2 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.27.1",
+                                       max_num_batched_tokens=2048))
+    assert (v1.model_runner, v2.model_runner) == ("v1", "v2")
+    assert v1.activation_sampler_bytes == int(8.55 * 256 * 151_936 * 4)
+    assert v2.activation_sampler_bytes == 2 * 256 * 151_936
+    assert v2.activation_peak_bytes == v2.activation_forward_bytes == v1.activation_forward_bytes
+    assert v2.available_kv_bytes - v1.available_kv_bytes == (
+        v1.activation_sampler_bytes - v1.activation_forward_bytes)
+    # the pinned 0.33.0 profiles the fp32 pipeline again: the fitted term, as the book's default
+    book = kv_pool("qwen3-8b", "rtx-4090", max_num_batched_tokens=2048)
+    pinned = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.33.0",
+                                           gpu_memory_utilization=0.9,
+                                           max_num_batched_tokens=2048))
+    assert book.model_runner == pinned.model_runner == "v2"
+    assert book.activation_sampler_bytes == pinned.activation_sampler_bytes == (
+        v1.activation_sampler_bytes)
+    assert book.tokens == pinned.tokens
+    assert kv_pool("qwen3-8b", "rtx-4090", overheads=capacity.NO_OVERHEADS,
+                   engine_version="0.27.1").activation_peak_bytes == 0
 
 
 def test_one_default_utilization_per_version_and_the_books_own():
@@ -263,6 +324,15 @@ def test_the_pinned_wheels_own_defaults_match_its_rules():
     rules = deployment.vllm_memory_rules(deployment.VLLM_VERSION)
     assert (default, graphs == "1") == (rules.default_gpu_memory_utilization,
                                         rules.cuda_graphs_in_profile)
+    # V2 for every model (no per-architecture default left), its CUDA-graph estimate real, and
+    # the profiled sampler's second pass with the warm-up's parameters (the fp32 pipeline)
+    config = (root / "config" / "vllm.py").read_text()
+    runner = (root / "v1" / "worker" / "gpu" / "model_runner.py").read_text()
+    sampler_run = runner[runner.index("def _dummy_sampler_run"):runner.index("def profile_run")]
+    assert "_is_default_v2_model_runner_model" not in config
+    assert (rules.runner, rules.default_for) == ("v2", "all")
+    assert "return _profile_cudagraph_memory(self)" in runner
+    assert ("for_sampler_warmup" in sampler_run) == (rules.sampler_term == "fitted")
 
 
 def test_tp_add_on_depends_on_the_interconnect():

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+import kvlib
+from kvlib import deployment
 from kvlib.fit import validation
 
 
@@ -62,10 +64,15 @@ def test_every_memory_miss_reason_is_computed_from_the_logs():
     # el45: 0.9 × 40 GiB − 15.27 (weights) − 19.36 (KV) = 1.37 GiB left, kvlib charges
     # 8.55 × 256 × 151,936 × 4 B = 1.24 GiB of sampler peak + 0.75 GiB outside torch = 1.99
     assert "charges 1.99 GiB" in reasons["el45"] and "leaves 1.37 GiB" in reasons["el45"]
-    # el47/el48 (vLLM 0.27.1, RTX 4090): the log's 0.27 GiB outside torch and 1.18 / 0.19 GiB peak
-    # against kvlib's 0.75 GiB and 1.24 GiB sampler term; the cold and the warm compile cache
+    # el47/el48 (vLLM 0.27.1's V2 runner, RTX 4090): kvlib charges the forward pass, 0.18 GiB
+    # (one bf16 pass over 256 × 151,936 logits is 0.07 GiB); the log prints 0.27 GiB outside
+    # torch against kvlib's 0.75. Warm (el48): 21.64 − 15.27 − 0.27 − 0.18 = 5.92 against 5.91;
+    # cold (el47): a 1.18 GiB peak, the pool 5.44 − 4.92 = 0.52 GiB high
     assert "cold torch.compile" in reasons["el47"] and "warm torch.compile" in reasons["el48"]
-    assert all("0.27 GiB outside torch" in reasons[i] for i in ("el47", "el48"))
+    assert all("forward pass, 0.18 GiB" in reasons[i] and "(0.07 GiB)" in reasons[i]
+               for i in ("el47", "el48"))
+    assert "pool would be 5.92 GiB against the logged 5.91" in reasons["el48"]
+    assert "0.52 GiB above the logged 4.92 GiB" in reasons["el47"]
     misses = validation.memory_validation()
     full = misses[misses["check"] == "full"]
     beyond = set(full.loc[full["error"].abs() > 0.10, "id"])
@@ -98,19 +105,44 @@ def test_pool_error_by_engine_version_and_interconnect():
     pcie = table.loc[("vllm", "before 0.21", "PCIe")]
     assert (pcie["logs"], pcie["ids"]) == (1, "el46")
     assert pcie["median_abs_error"] == pytest.approx(0.0008, abs=2e-4)
-    # from 0.21: el47/el48 (Qwen3-8B on an RTX 4090, 0.27.1) are 11.0 % and 25.9 % low,
-    # median (11.0 + 25.9) / 2 = 18.4 %
-    new_one = table.loc[("vllm", "0.21 and later", "one GPU")]
+    # 0.25–0.28 on the V2 runner: el47/el48 (Qwen3-8B on an RTX 4090, 0.27.1) are 10.5 % high and
+    # 8.0 % low, median (10.5 + 8.0) / 2 = 9.3 % (under the V1 runner's fitted sampler term they
+    # were 11.0 % and 25.9 % low, 18.4 %)
+    new_one = table.loc[("vllm", "0.25–0.28, V2 runner", "one GPU")]
     assert (new_one["logs"], new_one["ids"]) == (2, "el47, el48")
-    assert new_one["median_abs_error"] == pytest.approx((0.1099 + 0.2590) / 2, abs=1e-3)
-    # groups without a log are listed, with no error: tensor parallelism from 0.21 on
+    assert new_one["median_abs_error"] == pytest.approx((0.1047 + 0.0803) / 2, abs=1e-3)
+    # groups without a log are listed, with no error: every rules row from 0.21 on but the one of
+    # el47/el48 once ("any" link), and that one over NVLink and over PCIe
     empty = table[table["logs"] == 0]
-    assert {v for e, v, _ in empty.index if e == "vllm"} == {"0.21 and later"}
     assert not (empty.index.get_level_values(0) == "tensorrt-llm").any()
-    assert set(empty.loc[("vllm", "0.21 and later")].index) == {"NVLink / NVSwitch", "PCIe"}
+    assert {v for e, v, _ in empty.index if e == "vllm"} == set(validation.VLLM_RULE_GROUPS[1:])
+    assert set(empty.loc[("vllm", "0.25–0.28, V2 runner")].index) == {"NVLink / NVSwitch", "PCIe"}
+    assert set(empty.loc[("vllm", "0.33 and later, V2 runner")].index) == {"any"}
     assert empty["median_abs_error"].isna().all()
     assert table.loc[("sglang", "not printed", "NVLink / NVSwitch"), "ids"] == "el10"
     assert table.loc[("tensorrt-llm", "0.20.0", "one GPU"), "ids"] == "el44"
+
+
+def test_each_predicted_vllm_log_names_the_rules_its_release_and_model_get():
+    # a printed release resolves, with the log's model, to the row its vllm_rules column names:
+    # el47/el48 (0.27.1, Qwen3-8B, "Using V2 Model Runner") to the V2 row of 0.25–0.28
+    logs = validation.engine_logs()
+    checked = 0
+    for log_id, row in logs[logs["vllm_rules"] != ""].iterrows():
+        pool = validation.log_pool(log_id)
+        if deployment.vllm_release(row["engine_version"]) is None:
+            assert row["vllm_rules"] == "before 0.21"  # dated by its source
+            continue
+        rules = deployment.vllm_memory_rules(
+            row["engine_version"], row["model_slug"],
+            quantized=min(kvlib.weight_format(row["weight_format"] or "bf16").bits.values()) < 16)
+        assert row["vllm_rules"] == rules.label and pool.model_runner == rules.runner
+        checked += 1
+    assert checked == 8  # el08, el29, el30, el31, el45, el46 (V1) and el47, el48 (V2)
+    assert "Using V2 Model Runner" in logs.loc["el47", "log_excerpt"]
+    v2 = validation.log_pool("el48")
+    assert v2.model_runner == "v2" and v2.activation_sampler_bytes == 2 * 256 * 151_936
+    assert v2.activation_peak_bytes == v2.activation_forward_bytes
 
 
 def test_a_log_that_could_not_start_keeps_its_terms():

@@ -356,10 +356,15 @@ SCHEMAS: dict[str, Schema] = {
                   "source_url": URL},
         source=("source_url",)),
     "vllm_memory_rules.csv": Schema(
-        required={"default_gpu_memory_utilization": number(maximum=1, positive=True),
+        required={"model_runner": choice("v1", "v2"),
+                  "default_for": choice("all", "the rest", "listed dense unquantized", "listed",
+                                        "listed or dense"),
+                  "default_gpu_memory_utilization": number(maximum=1, positive=True),
                   "cuda_graphs_in_profile": choice("true", "false"),
+                  "sampler_term": choice("fitted", "logits"),
                   "activation_profile": TEXT, "tp_buffers": TEXT, "source_url": URL,
                   "accessed": DATE, "notes": TEXT},
+        optional={"default_architectures": TEXT},
         source=("source_url",)),
     "engine_block_sizes.csv": Schema(
         required={"engine": TEXT, "version": TEXT, "parameter": TEXT,

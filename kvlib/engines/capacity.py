@@ -64,16 +64,21 @@ class Overheads:
     attention) — bf16 activations;
     sampler_copies: the dummy sampling step's peak is ``sampler_copies × min(max_num_seqs,
     max_num_batched_tokens) × vocab × 4`` bytes (fp32 logits, softmax, log-softmax, sort
-    values and int64 indices); the activation peak is the larger of the two;
+    values and int64 indices) where the release's runner profiles the fp32 pipeline (rules
+    with ``sampler_term`` "fitted": the V1 runner, and V2 from 0.33); v2_logit_bytes: where it
+    does not (vLLM 0.22–0.32's V2 runner, ``sampler_term`` "logits": one sampler pass with no
+    sampling parameters over the lm_head output) the peak is ``v2_logit_bytes × rows × vocab``,
+    the logits in the model dtype (bf16: 2; read in the source, not fitted); the activation
+    peak is the larger of the forward and sampling peaks;
     non_torch_bytes: memory outside torch on one GPU (CUDA/cuBLAS workspaces);
     non_torch_tp_bytes: added when tensor parallelism is on over NVLink-class links (NVLink,
     NVSwitch, xGMI: NCCL plus custom all-reduce and symmetric-memory buffers);
     non_torch_tp_pcie_bytes: added instead over PCIe, where vLLM allocates no custom
     all-reduce beyond a P2P pair (``tp_link``); cuda_graph_bytes: CUDA-graph memory subtracted
-    before sizing (vLLM before 0.21: 0, graphs are captured after the pool, in the
-    1 − utilization headroom; from 0.21 vLLM subtracts an estimate that kvlib does not size —
-    no log it predicts prints one — so a pool for those releases is high by it;
-    ``data/vllm_memory_rules.csv``).
+    before sizing (vLLM before 0.21, and its V2 runner before 0.29: 0, graphs are captured
+    after the pool, in the 1 − utilization headroom; otherwise vLLM subtracts an estimate that
+    kvlib does not size — no log it predicts prints one — so a pool for those releases is high
+    by it; ``data/vllm_memory_rules.csv``).
     """
 
     name: str
@@ -84,10 +89,11 @@ class Overheads:
     cuda_graph_bytes: int = 0
     source: str = ""
     non_torch_tp_pcie_bytes: int = 0
+    v2_logit_bytes: float = 2.0
 
     def __post_init__(self) -> None:
         for key in ("forward_factor", "sampler_copies", "non_torch_bytes", "non_torch_tp_bytes",
-                    "cuda_graph_bytes", "non_torch_tp_pcie_bytes"):
+                    "cuda_graph_bytes", "non_torch_tp_pcie_bytes", "v2_logit_bytes"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"Overheads.{key} must be >= 0, got {value!r}")
@@ -147,7 +153,7 @@ VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=
                  non_torch_tp_pcie_bytes=0)
 #: No overheads at all: the budget minus the weights (the source article's arithmetic).
 NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, sampler_copies=0.0,
-                         non_torch_bytes=0, non_torch_tp_bytes=0)
+                         non_torch_bytes=0, non_torch_tp_bytes=0, v2_logit_bytes=0.0)
 
 
 # --- cache groups ---------------------------------------------------------------------------
@@ -297,6 +303,8 @@ class Pool:
     weights_basis: str = field(default="", compare=False)
     tp_link: str | None = None
     engine_version: str = ""
+    #: The vLLM model runner whose profile the pool follows ("v1", "v2"; ``Deployment.vllm_rules``).
+    model_runner: str = ""
     #: Pipeline stages, data-parallel ranks and expert-parallel degree of the deployment; the
     #: numbers above are those of ``stage`` (0-based), the stage with the fewest blocks, whose
     #: count every stage uses (vLLM ``get_kv_cache_configs``, step 5).
@@ -476,7 +484,8 @@ def kv_pool(deployment: Deployment | Model | str, gpu: GPU | str | None = None, 
     contexts. overheads: the activation/non-torch model (``NO_OVERHEADS`` reproduces "budget −
     weights"); weights_bytes_per_gpu: override the computed weights (e.g. with a logged "Model
     loading took"). The default utilization is the named vLLM release's
-    (``Deployment.resolved``). ``NoKVMemory`` (a ValueError naming the terms) when nothing is
+    (``Deployment.resolved``), and the dummy sampling pass is charged as the runner that
+    release gives the model profiles it (``Deployment.vllm_rules``, ``sampler_bytes``). ``NoKVMemory`` (a ValueError naming the terms) when nothing is
     left for the KV cache.
     """
     d = as_deployment(deployment, gpu, **keywords).resolved()
@@ -526,7 +535,8 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
         raise ValueError(f"model {m.name!r} carries no config: the activation peak needs its "
                          "config.json fields (build it with Model.from_hf_config)")
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
-    sampler = (int(overheads.sampler_copies * min(seqs, mnbt) * _vocab(arch) * 4)
+    rules = d.vllm_rules()
+    sampler = (sampler_bytes(overheads, rules.sampler_term, min(seqs, mnbt), _vocab(arch))
                if stage == d.pp - 1 else 0)  # the last stage samples (``profile_run``)
     # the add-on of the link between the GPUs that exchange activations (tp, stages or ranks)
     non_torch = overheads.non_torch_for(g, tp if tp > 1 else d.gpus if communicates(d, tp) else 1)
@@ -552,8 +562,20 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
                 groups=tuple(groups), layers_per_group=per_group, n_groups=n_groups,
                 block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
                 weights_basis=weights_basis, tp_link=tp_link(g, tp),
-                engine_version=d.engine_version, pp=d.pp, dp=d.dp, ep=d.ep, stage=stage)
+                engine_version=d.engine_version, pp=d.pp, dp=d.dp, ep=d.ep, stage=stage,
+                model_runner=rules.runner)
     return pool
+
+
+def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int) -> int:
+    """The dummy sampling pass's peak (bytes) over ``rows`` × ``vocab`` logits, as a release's
+    rules charge it (``VLLMMemoryRules.sampler_term``): "fitted", the calibrated fp32 copies;
+    "logits", one logits tensor in the model dtype (vLLM 0.22–0.32's V2 runner)."""
+    if sampler_term == "logits":
+        return int(overheads.v2_logit_bytes * rows * vocab)
+    if sampler_term == "fitted":
+        return int(overheads.sampler_copies * rows * vocab * 4)
+    raise ValueError(f"unknown sampler_term {sampler_term!r} (fitted, logits)")
 
 
 def pool_arithmetic(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,

@@ -19,7 +19,7 @@ from ..engines import capacity
 from ..engines.capacity import (NO_OVERHEADS, TP_LINKS, VLLM, Overheads, Pool, pool_arithmetic, tp_link)
 from ..engines import pools
 from ..engines.sglang import SGLangPool
-from ..deployment import Deployment, vllm_release
+from ..deployment import Deployment, vllm_release, vllm_rule_rows
 from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
 from ..model.weights import params_for
@@ -280,8 +280,8 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
     a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
     2023 engine's profiler (el30, vl02), overheads larger than a 40 GB card's log leaves room
-    for (el45), and vLLM 0.27.1's V2 model runner, whose profiled peak is below the sampler
-    term kvlib fitted on earlier releases (el47, el48)."""
+    for (el45), and, under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside
+    torch of a consumer card again (el48) and a cold compile cache's activation peak (el47)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -316,16 +316,30 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
             f"which gpus.csv lacks)")
     def v2_runner(log_id: str) -> str:
         row, pool = logs.loc[log_id], log_pool(log_id, overheads)
-        start = "warm" if "Directly load AOT compilation" in row["log_excerpt"] else "cold"
-        log_vocab = load_model(row["model_slug"]).architecture.vocab_size
-        return (f"vLLM {row['engine_version']} with its V2 model runner on one "
-                f"{load_gpu(row['gpu_slug']).name} ({start} torch.compile cache): the log splits "
-                f"the room besides weights and KV into {float(row['non_torch_gib']):.2f} GiB outside "
-                f"torch and a {float(row['activation_peak_gib']):.2f} GiB activation peak, where "
-                f"kvlib charges {pool.non_torch_bytes / GIB:.2f} GiB outside torch and "
-                f"{pool.activation_sampler_bytes / GIB:.2f} GiB for the dummy sampling pass "
-                f"({overheads.sampler_copies:g} fp32 copies of {pool.max_num_seqs} × {log_vocab:,} "
-                f"logits, fitted on earlier releases); no CUDA-graph estimate was subtracted")
+        logged_nt, logged_peak = float(row["non_torch_gib"]), float(row["activation_peak_gib"])
+        own_nt = (pool.available_kv_bytes + pool.non_torch_bytes) / GIB - logged_nt
+        gpu = load_gpu(row["gpu_slug"]).name
+        vocab = load_model(row["model_slug"]).architecture.vocab_size
+        rule = (f"vLLM {row['engine_version']}'s V2 model runner profiles one sampler pass over "
+                f"{pool.max_num_seqs} × {vocab:,} logits in bf16 "
+                f"({pool.activation_sampler_bytes / GIB:.2f} GiB) and subtracts no CUDA-graph "
+                f"estimate, so kvlib charges the forward pass, "
+                f"{pool.activation_forward_bytes / GIB:.2f} GiB, as the activation peak")
+        if "Directly load AOT compilation" in row["log_excerpt"]:  # the warm restart
+            return (f"{rule}, and the log's peak, on a warm torch.compile cache, is "
+                    f"{logged_peak:.2f} GiB; the miss is the memory "
+                    f"outside torch of a 24 GB {gpu}, {logged_nt:.2f} GiB in the log where kvlib's "
+                    f"calibrated constant is {pool.non_torch_bytes / GIB:.2f} GiB (fitted mostly on "
+                    f"H100 and A100 logs): with the log's own figure the pool would be "
+                    f"{own_nt:.2f} GiB against the logged {float(row['available_kv_gib']):.2f}")
+        return (f"{rule}; this first start on one {gpu} ran on a cold torch.compile cache, and "
+                f"its log prints a {logged_peak:.2f} GiB peak "
+                f"({float(logs.loc['el48', 'activation_peak_gib']):.2f} GiB on the warm restart, "
+                f"el48; the log's source puts the difference down to inductor's autotuning), while "
+                f"kvlib's memory outside torch is {pool.non_torch_bytes / GIB - logged_nt:.2f} GiB "
+                f"above the log's {logged_nt:.2f} GiB: the two misses leave the pool "
+                f"{pool.available_kv_bytes / GIB - float(row['available_kv_gib']):.2f} GiB above "
+                f"the logged {float(row['available_kv_gib']):.2f} GiB")
 
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
             "el30": profiler, "vl02": profiler, "el45": el45, "el47": v2_runner("el47"),
@@ -387,17 +401,20 @@ def engine_pool_validation() -> pd.DataFrame:
 
 #: How the error table names a tensor-parallel group's link (``capacity.tp_link``).
 LINK_NAMES = {None: "one GPU", "nvlink": "NVLink / NVSwitch", "pcie": "PCIe"}
-#: The vLLM rule ranges of ``data/vllm_memory_rules.csv``, as the error table names them.
-VLLM_RULE_GROUPS = ("before 0.21", "0.21 and later")
+#: The rows of ``data/vllm_memory_rules.csv`` (releases and model runner), as the error table
+#: and ``engine_logs.csv``'s ``vllm_rules`` name them (``VLLMMemoryRules.label``).
+VLLM_RULE_GROUPS = tuple(r.label for r in vllm_rule_rows())
 
 
 def pool_error_by_group() -> pd.DataFrame:
     """The pool's error against every start-up log kvlib predicts, by engine, engine version
-    (vLLM: its memory-rule range, ``data/vllm_memory_rules.csv``) and interconnect
-    (``LINK_NAMES``): one row per group with ``logs`` (how many), ``median_abs_error`` and
-    ``max_abs_error`` (|predicted ÷ logged − 1| of the "full" check: the pool from the log's
-    settings; SGLang and TensorRT-LLM: KV tokens, by ``ENGINE_VERSIONS``' rules) and the log
-    ids; a vLLM group with no log, and an engine with none, gets ``logs`` 0 and no error.
+    (vLLM: the row of ``data/vllm_memory_rules.csv`` it was taken under, releases and model
+    runner) and interconnect (``LINK_NAMES``): one row per group with ``logs`` (how many),
+    ``median_abs_error`` and ``max_abs_error`` (|predicted ÷ logged − 1| of the "full" check:
+    the pool from the log's settings; SGLang and TensorRT-LLM: KV tokens, by
+    ``ENGINE_VERSIONS``' rules) and the log ids. A vLLM rules row with no log at all gets one
+    row of ``logs`` 0 and no error, interconnect "any"; a row with logs, one such row per link
+    it lacks; an engine with no log, one row too.
     """
     logs = engine_logs()
     vllm = memory_validation()
@@ -425,16 +442,20 @@ def pool_error_by_group() -> pd.DataFrame:
                     "logs": len(grp), "median_abs_error": float(grp["abs_error"].median()),
                     "max_abs_error": float(grp["abs_error"].max()),
                     "ids": ", ".join(sorted(grp["id"]))})
+    vllm = found[found["engine"] == "vllm"]
     for version in VLLM_RULE_GROUPS:
-        for link in LINK_NAMES.values():
-            if not ((found["engine"] == "vllm") & (found["version"] == version)
-                    & (found["interconnect"] == link)).any():
-                out.append({"engine": "vllm", "version": version, "interconnect": link,
-                            "logs": 0, "median_abs_error": None, "max_abs_error": None,
-                            "ids": ""})
+        held = set(vllm.loc[vllm["version"] == version, "interconnect"])
+        missing = [link for link in LINK_NAMES.values() if link not in held] if held else ["any"]
+        out.extend({"engine": "vllm", "version": version, "interconnect": link, "logs": 0,
+                    "median_abs_error": None, "max_abs_error": None, "ids": ""}
+                   for link in missing)
     for engine in ("sglang", "tensorrt-llm"):
         if not (found["engine"] == engine).any():
             out.append({"engine": engine, "version": "", "interconnect": "", "logs": 0,
                         "median_abs_error": None, "max_abs_error": None, "ids": ""})
-    return pd.DataFrame(out).sort_values(["engine", "version", "interconnect"],
-                                         ignore_index=True)
+    table = pd.DataFrame(out)
+    order = {v: i for i, v in enumerate(VLLM_RULE_GROUPS)}  # vLLM's rows in release order
+    table["_order"] = [order.get(v, 0) if e == "vllm" else 0
+                       for e, v in zip(table["engine"], table["version"])]
+    return (table.sort_values(["engine", "_order", "version", "interconnect"])
+            .drop(columns="_order").reset_index(drop=True))

@@ -539,6 +539,9 @@ class Architecture:
     #: in the layers, the cache or the parameters of the model itself.
     mtp_layers: int = 0
     weights_unmodelled: str | None = None
+    #: The config's ``architectures`` (the model classes it names, "Qwen3ForCausalLM"), by which
+    #: a vLLM release picks its model runner (``kvlib.deployment.vllm_memory_rules``).
+    architectures: tuple[str, ...] = ()
 
     @property
     def n_layers(self) -> int:
@@ -1617,4 +1620,5 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
         max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers,
-        weights_unmodelled=_gemma3n_weights(c) if model_type == "gemma3n_text" else None)
+        weights_unmodelled=_gemma3n_weights(c) if model_type == "gemma3n_text" else None,
+        architectures=tuple(str(a) for a in config.get("architectures") or ()))
