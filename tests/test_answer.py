@@ -510,3 +510,105 @@ def test_a_case_no_group_of_eight_holds_is_placed_on_two_nodes():
     words, cost, launch = row[cols.index("n_gpus") + 4:]
     assert data["texts"][words].startswith("On two nodes of eight (16 × H100, one pipeline stage")
     assert data["texts"][launch] == r.launch and cost == pytest.approx(r.output_cost, rel=1e-3)
+
+
+def test_speculation_uses_only_a_measured_chain_of_the_same_model():
+    from kvlib.fit.speculative import measured_speculation
+    llama = measured_speculation("llama-3.1-8b")
+    # the fastest measured chain of vLLM issue #20780: EAGLE-3, k = 4, τ = 3.08 (1.746× at
+    # batch 1); α solves 1 + α + α² + α³ + α⁴ = 3.08: α ≈ 0.755 (1 + 0.755 + 0.570 + 0.430
+    # + 0.325 = 3.080)
+    assert (llama.id, llama.speculative.method, llama.speculative.num_speculative_tokens) == (
+        "sp12", "eagle3", 4)
+    assert llama.speculative.tokens_per_step == pytest.approx(3.08)
+    assert llama.speculative.acceptance == pytest.approx(0.755, abs=5e-4)
+    assert llama.speculative.model == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert llama.stated == "mean acceptance length 3.08" and (llama.speedup, llama.batch) == (
+        1.746, 1)  # 7.07 ms ÷ 4.05 ms TPOT
+    # DeepSeek-V3: its report's MTP, k = 1, the low end of 85–90 %: τ = 1.85
+    ds = measured_speculation("deepseek-v3")
+    assert (ds.id, ds.speculative.method, ds.speculative.acceptance) == ("sp01", "mtp", 0.85)
+    assert ds.stated == "acceptance rate 0.85–0.9" and ds.speculative.model is None
+    # Llama-3.1-70B has none: the 70B row is Llama-3.3-70B's, and a draft tree; none borrowed
+    assert measured_speculation("llama-3.1-70b") is None
+    assert measured_speculation("llama-3.1-405b") is None
+
+
+def test_grid_prices_speculation_at_the_cases_batch(grid):
+    case = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "bf16")
+                & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
+                & (grid["input_tokens"] == 7168)].iloc[0]
+    assert (case["spec_source"], case["spec_method"], case["spec_k"]) == ("sp12", "eagle3", 4)
+    assert case["spec_why_not"] == "" and 1 <= case["spec_batch"] <= case["batch"] == 51
+    # the draft layer holds 8 KV heads × 128 × 2 (K, V) × 2 bytes = 4,096 bytes a token beside
+    # the target's 32 × 4,096 = 131,072, and its weights come first: at most 32/33 of the tokens
+    assert case["spec_pool_tokens"] <= case["spec_base_pool_tokens"] * 32 / 33
+    # $ per 10⁶ output tokens at $1 per GPU-hour: 10⁶ ÷ (3,600 s × batch × tokens/s per user)
+    assert case["spec_output_cost"] == pytest.approx(
+        1e6 / (3600 * case["spec_batch"] * case["spec_per_user_tokens_per_s"]), rel=1e-12)
+    assert case["spec_speedup"] == pytest.approx(
+        case["spec_per_user_tokens_per_s"] / case["spec_base_per_user_tokens_per_s"], rel=1e-12)
+    assert case["spec_speedup"] > 1
+    # the same figures from kvlib.speculative_decode at that batch and the mean context
+    d = kvlib.Deployment("llama-3.1-8b", "h100-sxm", max_model_len=8192,
+                         gpu_memory_utilization=0.9, speculative=kvlib.Speculative(
+                             "eagle3", 4, case["spec_acceptance"],
+                             model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"))
+    r = kvlib.speculative_decode(d, int(case["spec_batch"]), 7168 + 512, dollars_per_hour=1.0)
+    assert r.dollars_per_million == pytest.approx(case["spec_output_cost"], rel=1e-12)
+    assert r.pool_tokens == case["spec_pool_tokens"]
+    assert case["spec_launch"] == case["launch"] + (
+        " --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 4, "
+        "\"model\": \"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\"}'")
+    # another checkpoint: not measured; another model: nothing at all
+    fp8 = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "fp8")
+               & (grid["n_gpus"] > 0)].iloc[0]
+    assert "published checkpoint" in fp8["spec_why_not"] and math.isnan(fp8["spec_batch"])
+    big = grid[grid["model"] == "llama-3.1-405b"]
+    assert (big["spec_source"] == "").all() and big["spec_batch"].isna().all()
+
+
+def test_cli_speculative_and_the_calculator_agree(grid, capsys):
+    """`kvlib cost --speculative` and the landing page's grid: one pipeline, one answer."""
+    case = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "bf16")
+                & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
+                & (grid["input_tokens"] == 7168)].iloc[0]
+    assert cli.main(["cost", "llama-3.1-8b", "h100-sxm", "--tp", "1", "--price", "2.9",
+                     "--context", "8192", "--speculative",
+                     f"eagle3:4:{float(case['spec_acceptance'])!r}", "--draft-model",
+                     "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    spec = data["speculative"]
+    assert spec["batch"] == case["spec_batch"] and spec["pool_tokens"] == case["spec_pool_tokens"]
+    assert spec["tokens_per_s"] / spec["batch"] == pytest.approx(
+        case["spec_per_user_tokens_per_s"], rel=1e-12)
+    assert spec["speedup"] == pytest.approx(case["spec_speedup"], rel=1e-12)
+    assert spec["dollars_per_million_tokens"] == pytest.approx(case["spec_output_cost"] * 2.9,
+                                                               rel=1e-12)
+    assert data["launch_command"] == case["spec_launch"]
+
+
+def test_calculator_data_carries_the_speculative_cases(grid):
+    prefix = answer.prefix_input_costs(grid)
+    ttft = pd.DataFrame({"batch_range": ["1"], "n": [18], "median": [0.1], "low": [-0.2],
+                         "high": [0.3]})
+    start = dict(model="llama-3.1-8b", weights="bf16", kv_dtype="bf16",
+                 gpu_memory_utilization=0.9, gpu="h100-sxm", max_model_len=8192,
+                 input_tokens=7168, output_tokens=1024, kind="on-demand")
+    data = answer.calculator_data(grid, prefix, models=MODELS, default=start, ttft=ttft,
+                                  speculative_error={"n": 14, "median": 0.19})
+    spec = data["speculative"]
+    assert set(spec["sources"]) == {"llama-3.1-8b"} and spec["error"] == {"n": 14, "median": 0.19}
+    src = spec["sources"]["llama-3.1-8b"]
+    assert (src["id"], src["name"], src["k"], src["tokens_per_step"]) == ("sp12", "EAGLE-3", 4,
+                                                                          3.08)
+    case = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "bf16")
+                & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
+                & (grid["input_tokens"] == 7168)].iloc[0]
+    key = "|".join(str(x) for x in [0, 0, 0, 0, 0, 0, 8192, data["prompts"].index(7168),
+                                    data["outputs"].index(1024), 1])
+    figures = spec["cases"][key]
+    assert figures[0] == case["spec_batch"] and data["texts"][figures[8]] == case["spec_launch"]
+    assert figures[4] == pytest.approx(case["spec_output_cost"], rel=1e-3)
+    fp8 = [v for k, v in spec["cases"].items() if k.split("|")[2] == "1"]  # the fp8 checkpoint
+    assert fp8 and all(len(v) == 1 and "published" in data["texts"][v[0]] for v in fp8)

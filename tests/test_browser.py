@@ -323,6 +323,11 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     # under the figures, the command that starts the case; the same case under SGLang at its
     # default fraction (the menu then offers only that), and TensorRT-LLM where it does not run
     assert calc.locator(".kc-launch-command").inner_text() == row["launch"]
+    # speculative decoding with the model's measured EAGLE-3 chain, and the command with it
+    spec = calc.locator(".kc-spec").inner_text()
+    assert spec.startswith("With EAGLE-3 (k = 4, mean acceptance length 3.08 measured in vLLM")
+    assert f"(\u00d7{row['spec_speedup']:.2f};" in spec and "upper bound" in spec
+    assert calc.locator(".kc-spec-command").inner_text() == row["spec_launch"]
     sgl = answer.answer_grid(["llama-3.1-8b"], ["h100-sxm"], lengths=[8192],
                              requests=[(7168, 1024)], utilizations=[None], engine="sglang").query(
         "weights == 'bf16' and max_model_len == 8192").iloc[0]
@@ -330,6 +335,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     assert calc.locator("select[name=utilization]").is_disabled()
     assert _tiles(calc)["requests"] == pytest.approx(sgl["max_concurrency"], rel=6e-3)
     assert calc.locator(".kc-launch-command").inner_text() == sgl["launch"]
+    assert "not priced: kvlib sizes a draft's KV" in calc.locator(".kc-spec").inner_text()
     _pick(calc, "gpu", "AMD Instinct MI300X")
     _pick(calc, "engine", "TensorRT-LLM")
     assert "runs on NVIDIA GPUs only" in _card_text(calc)
@@ -381,6 +387,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     # one request at a time (70B fp8, a 130,048-token prompt on two H100s): it pays for its
     # own prompt, never $0
     _pick(calc, "model", "Llama-3.1-70B")
+    assert "no measured acceptance rate for this model" in _card_text(calc)
     _pick(calc, "weights", "fp8")
     _pick(calc, "kv_dtype", "bf16")
     _pick(calc, "utilization", "0.90")

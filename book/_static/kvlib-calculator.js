@@ -194,10 +194,10 @@
       }
     }
 
-    function showLaunch(head, command) {
+    function showLaunch(head, command, cls) {
       var box = el("div", { "class": "kc-launch" });
       box.appendChild(el("p", { "class": "kc-launch-head" }, head));
-      box.appendChild(el("pre", { "class": "kc-launch-command" }, command));
+      box.appendChild(el("pre", { "class": cls || "kc-launch-command" }, command));
       card.appendChild(box);
     }
 
@@ -344,7 +344,51 @@
         line("kc-launch-none", "No command: this model's record names no Hugging Face " +
              "repository to load.");
       }
+      speculation(m, key, n, price);
       if (slo) { latency(key, n, prompt, output, price); }
+    }
+
+    // Speculative decoding with the model's measured draft chain (precomputed at the case's
+    // batch), or why this case has none.
+    function speculation(m, key, n, price) {
+      var sp = data.speculative;
+      if (!sp) { return; }
+      var src = sp.sources[m.slug];
+      if (!src) {
+        line("kc-spec", "Speculative decoding: no measured acceptance rate for this model " +
+             "in data/speculative.csv, so none is priced.");
+        return;
+      }
+      var c = sp.cases[key.join("|") + "|" + n];
+      if (!c) { return; }
+      var p = line("kc-spec", "With " + src.name + " (k = " + src.k + ", " + src.stated +
+                   " measured" + (src.engine ? " in " + src.engine : "") +
+                   (src.dataset ? " on " + src.dataset : "") + ": ");
+      p.appendChild(el("a", { href: src.url }, src.source));
+      if (src.speedup) {
+        p.appendChild(document.createTextNode("; \u00d7" + src.speedup.toFixed(2) + " measured" +
+                                              (src.batch ? " at batch " + src.batch : "")));
+      }
+      if (c.length === 1) {
+        p.appendChild(document.createTextNode(") this case is not priced: " + data.texts[c[0]] +
+                                              "."));
+        return;
+      }
+      var err = sp.error;
+      p.appendChild(document.createTextNode("): " + sig3(c[1]) + " tokens/s per user against " +
+        sig3(c[2]) + " without, " + money(c[4] * price) + " per 1M output tokens against " +
+        money(c[5] * price) + " (\u00d7" + c[3].toFixed(2) + "; decode steps only, " +
+        plural(c[0], "request") + " decoded together). The draft's weights and KV leave the " +
+        "pool " + count(c[6]) + " tokens instead of " + count(c[7]) + "." +
+        (err && err.n ? " Read it as an upper bound: against " + plural(err.n, "measured " +
+          "speed-up") + " at batch 1, the model's ran a median " + Math.round(err.median * 100) +
+          " % too high (" : "")));
+      if (err && err.n) {
+        p.appendChild(el("a", { href: "05_latency.html" }, "chapter 5"));
+        p.appendChild(document.createTextNode(")."));
+      }
+      showLaunch("The command that starts it with speculative decoding:", data.texts[c[8]],
+                 "kc-spec-command");
     }
 
     // The latency target: requests/s one replica sustains within it (precomputed: the lower

@@ -349,7 +349,8 @@ SCHEMAS: dict[str, Schema] = {
                   "dataset": TEXT, "acceptance_rate": number(minimum=0, maximum=1),
                   "acceptance_rate_high": number(minimum=0, maximum=1),
                   "acceptance_length": number(minimum=1), "speedup": _POSITIVE,
-                  "baseline": _POSITIVE, "speculative": _POSITIVE, "unit": TEXT, "notes": TEXT},
+                  "baseline": _POSITIVE, "speculative": _POSITIVE, "unit": TEXT, "notes": TEXT,
+                  "draft_model": TEXT},
         unique=("id",), source=("source_url",)),
     "workloads.csv": Schema(
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,

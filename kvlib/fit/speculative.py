@@ -7,8 +7,15 @@ verifies k + 1 tokens, a tree more). The acceptance length becomes the i.i.d. ra
 (1 − α^(k+1)) ÷ (1 − α) is τ (the step time depends on τ and k only). A row naming no GPU is
 predicted on ``ASSUMED_GPU`` and says so; contexts are ``ASSUMED_CONTEXT`` tokens (short chat
 prompts: at batch 1 the KV read is a small share of the step either way).
+
+``measured_speculation`` picks, per model, the measured draft chain the landing page's
+calculator prices: its acceptance as measured, never borrowed from another model or method.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
 
 import pandas as pd
 
@@ -65,3 +72,61 @@ def speculative_check() -> pd.DataFrame:
                      "measured": float(r.speedup), "predicted": predicted,
                      "error": predicted / float(r.speedup) - 1})
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class MeasuredSpeculation:
+    """A model's measured draft chain (one row of ``data/speculative.csv``).
+
+    id, source, source_url, engine, dataset: the row's; speculative: the ``Speculative`` it
+    describes (method, k, the per-token acceptance rate α, the EAGLE head's repository);
+    stated: the measured acceptance in words ("mean acceptance length 3.08", "acceptance rate
+    0.85–0.9"); speedup: the measured speed-up of time per token and batch the requests
+    decoded together (each None where the source states none).
+    """
+
+    id: str
+    source: str
+    source_url: str
+    engine: str
+    dataset: str
+    speculative: Speculative
+    stated: str
+    speedup: float | None
+    batch: int | None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@lru_cache(maxsize=None)
+def measured_speculation(model_slug: str) -> MeasuredSpeculation | None:
+    """The measured draft chain of ``model_slug`` with the highest measured speed-up (rows
+    stating none last, then by id): a row of that model that states k and an acceptance rate
+    (α itself; the low end of a range) or a mean acceptance length τ (α from
+    ``rate_for_length``), drafts a chain (not a tree) and, for an EAGLE head, names its
+    checkpoint (``draft_model``). None when no row qualifies: no acceptance is borrowed from
+    another model. Llama-3.1-8B: EAGLE-3, k = 4, τ = 3.08 (vLLM issue #20780, row sp12)."""
+    df = measurements()
+    df = df[(df["model_slug"] == model_slug) & df["num_speculative_tokens"].notna()
+            & (df["acceptance_rate"].notna() | df["acceptance_length"].notna())
+            & ~df["notes"].fillna("").str.contains("tree")
+            & (~df["method"].isin(["eagle", "eagle3"]) | df["draft_model"].notna())]
+    if df.empty:
+        return None
+    r = df.assign(_order=-df["speedup"].fillna(-math.inf)).sort_values(["_order", "id"]).iloc[0]
+    k = int(r["num_speculative_tokens"])
+    if pd.notna(r["acceptance_rate"]):
+        rate = float(r["acceptance_rate"])
+        high = r["acceptance_rate_high"]
+        stated = f"acceptance rate {rate:g}" + (f"–{float(high):g}" if pd.notna(high) else "")
+    else:
+        rate = rate_for_length(k, float(r["acceptance_length"]))
+        stated = f"mean acceptance length {float(r['acceptance_length']):.2f}"
+    spec = Speculative(r["method"], k, rate, model=_text(r["draft_model"]) or None)
+    return MeasuredSpeculation(
+        id=r["id"], source=r["source"], source_url=r["source_url"], engine=_text(r["engine"]),
+        dataset=_text(r["dataset"]), speculative=spec, stated=stated,
+        speedup=float(r["speedup"]) if pd.notna(r["speedup"]) else None,
+        batch=int(r["batch"]) if pd.notna(r["batch"]) else None)

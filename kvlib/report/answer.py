@@ -20,6 +20,9 @@ the price per GPU-hour, so the grid holds them at $1 and the page multiplies by 
 * What to buy (``cheapest``): per model and request, the cheapest GPU × count whose per-user
   speed reaches a floor at market prices.
 * More GPUs per replica (``tp_choices``): the grid's cases again on every larger TP degree.
+* Speculative decoding (``speculative_columns``): for a model with a measured draft chain
+  (``fit.speculative.measured_speculation``), each fitting vLLM case of its published
+  checkpoint again with that draft, at the case's batch.
 * Latency targets (``slo_grid``, ``at_target``, ``cheapest_at_slo``): the request rate one
   replica sustains within each of a few TTFT and per-user-speed targets (``serve.load``'s
   search, precomputed for a few cases), the fleet a peak rate needs, its $ per 1M tokens over
@@ -38,6 +41,7 @@ import pandas as pd
 
 from ..core.checks import number
 from ..fit import calibrate
+from ..fit.speculative import measured_speculation
 from ..engines.capacity import derived_max_model_len
 from ..serve.cost import cost_per_million_tokens
 from ..core.data import csv_path
@@ -57,6 +61,7 @@ from ..serve.load import SLO, max_rates_at_slos
 from ..serve.prefix_cost import input_cost_per_million
 from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
+from ..serve.speculative import draft_pools, speculative_at_point
 from ..speed.parallel import parallel_decode
 from .tables import Table, table
 
@@ -251,6 +256,70 @@ def launch_text(deployment: Deployment, repository: str | None) -> str:
     return files + command.text
 
 
+#: The grid's speculative-decoding columns (``speculative_columns``), "" or NaN where none is
+#: priced: the ``data/speculative.csv`` row of the model's measured draft chain, its method, k
+#: and per-token acceptance rate α; why the case has none (else ""); the batch it decodes;
+#: per-user tokens/s and $ per 10⁶ output tokens at $1 per GPU-hour with and without the draft
+#: (decode steps only: ``serve.speculative.speculative_at_point``), the speed-up; the pool's
+#: tokens with and without the draft; the command that starts it.
+SPEC_COLUMNS = [
+    "spec_source", "spec_method", "spec_k", "spec_acceptance", "spec_why_not", "spec_batch",
+    "spec_per_user_tokens_per_s", "spec_base_per_user_tokens_per_s", "spec_speedup",
+    "spec_output_cost", "spec_base_output_cost", "spec_pool_tokens", "spec_base_pool_tokens",
+    "spec_launch",
+]
+
+
+def speculative_columns(slug: str, deployment: Deployment, point: ServingPoint,
+                        choice: WeightChoice, repository: str | None,
+                        drafts: dict[Deployment, Any] | None = None) -> dict[str, Any]:
+    """The ``SPEC_COLUMNS`` of a grid case: ``deployment`` (at the case's GPU count and
+    max_model_len) and its ``point``, with the measured draft chain of ``slug``
+    (``measured_speculation``) when the case fits, runs under vLLM (the only engine whose
+    draft kvlib sizes) and loads the published checkpoint (the acceptance was measured on
+    it); else why not in ``spec_why_not``. No measured chain: every column empty. ``drafts``
+    keeps each drafted deployment's pools and launch command for the next case of the same
+    deployment (the grid passes one dict for all its cases)."""
+    out: dict[str, Any] = dict.fromkeys(SPEC_COLUMNS, math.nan)
+    out.update(spec_source="", spec_method="", spec_why_not="", spec_launch="")
+    measured = measured_speculation(slug)
+    if measured is None or not point.fits:
+        return out
+    spec = measured.speculative
+    out.update(spec_source=measured.id, spec_method=spec.method,
+               spec_k=spec.num_speculative_tokens, spec_acceptance=spec.acceptance)
+    if deployment.engine != "vllm":
+        out["spec_why_not"] = "kvlib sizes a draft's KV and weights in vLLM's pool only"
+        return out
+    if not choice.published:
+        out["spec_why_not"] = ("its acceptance rate was measured with the published checkpoint, "
+                               "not this one")
+        return out
+    drafted = deployment.with_(speculative=spec)
+    drafts = {} if drafts is None else drafts
+    if drafted not in drafts:
+        try:
+            drafts[drafted] = (draft_pools(drafted), launch_text(drafted, repository))
+        except ValueError as refused:  # no memory left for the KV cache
+            drafts[drafted] = f"with the draft's weights, {refused}"
+    kept = drafts[drafted]
+    try:
+        if isinstance(kept, str):
+            raise ValueError(kept)
+        r = speculative_at_point(drafted, point, dollars_per_hour=float(point.n_gpus),
+                                 pools=kept[0])
+    except ValueError as refused:
+        out["spec_why_not"] = str(refused)
+        return out
+    out.update(spec_batch=r.step.batch, spec_per_user_tokens_per_s=1 / r.tpot_s,
+               spec_base_per_user_tokens_per_s=1 / r.base_tpot_s, spec_speedup=r.speedup,
+               spec_output_cost=r.dollars_per_million,
+               spec_base_output_cost=r.base_dollars_per_million,
+               spec_pool_tokens=r.pool_tokens, spec_base_pool_tokens=r.base_pool_tokens,
+               spec_launch=kept[1])
+    return out
+
+
 #: The grid's columns, in order (``answer_grid``). Costs are $ per 10⁶ tokens at $1 per
 #: GPU-hour: multiply by the price.
 GRID_COLUMNS = [
@@ -261,6 +330,7 @@ GRID_COLUMNS = [
     "tokens_per_s_high", "per_user_tokens_per_s", "ttft_s", "tpot_s", "prefill_time_share",
     "bound", "kv_bytes_per_gpu", "output_cost", "input_cost", "output_cost_split",
     "band_scope", "band_n", "band_median", "band_low", "band_high", "band_words", "launch",
+    *SPEC_COLUMNS,
 ]
 
 
@@ -333,6 +403,7 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
         if not list(values):
             raise ValueError(f"answer_grid needs at least one of {name}")
     rows = []
+    drafts: dict[Deployment, Any] = {}
     limit = calibrate.banded_batch_limit()
     loaded = {g: load_gpu(g) for g in gpus}
     runs = {g: engine_refusal(engine, loaded[g]) for g in gpus}
@@ -368,12 +439,15 @@ def answer_grid(models: Sequence[str], gpus: Sequence[str], *, lengths: Sequence
                                 point = eng.point(i, o, max_model_len=length)
                                 row = _row(point, choice, model, limit)
                                 row.update(model=slug, gpu_memory_utilization=setting)
+                                at = eng.deployment.with_(tp=max(point.n_gpus, 1),
+                                                          max_model_len=length)
                                 if point.fits:
                                     key = (point.n_gpus, length)
                                     if key not in commands:
-                                        commands[key] = launch_text(eng.deployment.with_(
-                                            tp=point.n_gpus, max_model_len=length), repository)
+                                        commands[key] = launch_text(at, repository)
                                     row["launch"] = commands[key]
+                                row.update(speculative_columns(slug, at, point, choice,
+                                                               repository, drafts))
                                 rows.append(row)
     grid = pd.DataFrame(rows, columns=GRID_COLUMNS)
     grid["would_fit"] = would_fit(grid)
@@ -390,7 +464,8 @@ def _unmodelled_row(slug: str, name: str, choice: WeightChoice, kv_dtype: str, s
                gpu_name=g.name, max_model_len=length, input_tokens=input_tokens,
                output_tokens=output_tokens, n_gpus=0, limit=limit, why_not=why,
                would_fit="", max_concurrency=0.0, batch=0, bound="", kv_bytes_per_gpu=0,
-               band_scope="", band_n=0, band_words="", launch="")
+               band_scope="", band_n=0, band_words="", launch="", spec_source="",
+               spec_method="", spec_why_not="", spec_launch="")
     return row
 
 
@@ -668,7 +743,8 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                     hit_rate: float = PREFIX_HIT_RATE, more_gpus: pd.DataFrame | None = None,
                     slo: pd.DataFrame | None = None,
                     slo_error: Mapping[str, Any] | None = None,
-                    wider: pd.DataFrame | None = None) -> dict[str, Any]:
+                    wider: pd.DataFrame | None = None,
+                    speculative_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
     (engines with their memory-fraction flag and the fractions offered, None for the engine's
     default; models with their checkpoints and lengths, GPUs with their market prices by kind,
@@ -695,6 +771,15 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     ``wider`` (``two_nodes``) gives a case that fits no group of eight, after its limit and
     texts, [the two-node placement in words, its $ per 10⁶ output tokens at $1 per GPU-hour,
     its launch command] (indices into ``texts`` and a number).
+
+    ``speculative``: per model slug with a measured draft chain (``measured_speculation``)
+    ``sources`` (the row: id, method and its name, k, α, τ, the acceptance as stated, source,
+    URL, engine, dataset, the measured speed-up and its batch), and per case of the grid's
+    ``SPEC_COLUMNS`` (``cases``, keyed like ``slo``'s) [batch, per-user tokens/s with and
+    without the draft, speed-up, $ per 10⁶ output tokens at $1 per GPU-hour with and without,
+    pool tokens with and without, the launch command's index in ``texts``], or [why not, an
+    index in ``texts``]; ``speculative_error`` (how far the model's speed-ups ran from measured
+    ones: n, median) is passed through as ``speculative["error"]``.
 
     The page looks rows up and multiplies costs by the price; it computes nothing else.
     """
@@ -758,6 +843,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                                texts.setdefault(fit, len(texts))]
                         + wide.get((e, m, w, k, fraction_key(u), g, int(length), int(p), int(o)),
                                    []))
+    speculative = _speculative_data(grid, index, weights, texts, speculative_error)
     return {
         "engines": [{"slug": e, "name": ENGINE_NAMES[e], "flag": FRACTION_FLAGS[e][0],
                      "share": FRACTION_FLAGS[e][1],
@@ -790,7 +876,46 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
         "rows": rows,
         "default": dict(default),
         "slo": None if slo is None else _slo_data(slo, index, weights, slo_error),
+        "speculative": speculative,
     }
+
+
+#: How the page names each speculative-decoding method (vLLM's names as keys).
+SPEC_METHOD_NAMES = {"mtp": "MTP", "eagle": "EAGLE", "eagle3": "EAGLE-3", "ngram": "n-gram"}
+
+
+def _speculative_data(grid: pd.DataFrame, index: Mapping[str, Any],
+                      weights: Mapping[str, list[str]], texts: dict[str, int],
+                      error: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The page's speculative decoding (``calculator_data``'s ``speculative``)."""
+    sources = {}
+    for slug in index["model"]:
+        m = measured_speculation(slug)
+        if m is not None:
+            spec = m.speculative
+            sources[slug] = {"id": m.id, "method": spec.method,
+                             "name": SPEC_METHOD_NAMES[spec.method],
+                             "k": spec.num_speculative_tokens, "acceptance": _sig(spec.acceptance),
+                             "tokens_per_step": _sig(spec.tokens_per_step), "stated": m.stated,
+                             "source": m.source, "url": m.source_url, "engine": m.engine,
+                             "dataset": m.dataset, "speedup": m.speedup, "batch": m.batch}
+    cases: dict[str, list[Any]] = {}
+    priced = grid[(grid["spec_source"] != "") & (grid["n_gpus"] > 0)]
+    for r in priced.itertuples(index=False):
+        key = "|".join(str(x) for x in (
+            index["engine"][r.engine], index["model"][r.model], weights[r.model].index(r.weights),
+            index["kv_dtype"][r.kv_dtype],
+            index["gpu_memory_utilization"][r.engine][fraction_key(r.gpu_memory_utilization)],
+            index["gpu"][r.gpu], int(r.max_model_len), index["input_tokens"][int(r.input_tokens)],
+            index["output_tokens"][int(r.output_tokens)], int(r.n_gpus)))
+        if r.spec_why_not:
+            cases[key] = [texts.setdefault(r.spec_why_not, len(texts))]
+        else:
+            cases[key] = [int(r.spec_batch), *(_sig(float(x)) for x in (
+                r.spec_per_user_tokens_per_s, r.spec_base_per_user_tokens_per_s, r.spec_speedup,
+                r.spec_output_cost, r.spec_base_output_cost)), int(r.spec_pool_tokens),
+                int(r.spec_base_pool_tokens), texts.setdefault(r.spec_launch, len(texts))]
+    return {"sources": sources, "cases": cases, "error": dict(error or {})}
 
 
 def _slo_data(slo: pd.DataFrame, index: Mapping[str, Mapping[Any, int]],
@@ -853,6 +978,7 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
     formats = {(m, c.label): c for m in base["model"].unique() for c in weight_choices(m)}
     models = {m: load_model(m) for m in base["model"].unique()}
     rows = []
+    drafts: dict[Deployment, Any] = {}
     keys = ["model", "weights", "kv_dtype", "gpu"]
     for (slug, w, kv, gpu), group in base.groupby(keys, sort=False):
         choice = formats[(slug, w)]
@@ -872,6 +998,8 @@ def tp_choices(grid: pd.DataFrame, *, gpu_memory_utilization: float = 0.9) -> pd
                 row = _row(point, choice, models[slug], limit)
                 row.update(model=slug, would_fit="", launch=commands[(tp, length)],
                            gpu_memory_utilization=float(gpu_memory_utilization))
+                row.update(speculative_columns(slug, eng.deployment.with_(
+                    tp=tp, max_model_len=length), point, choice, repository, drafts))
                 rows.append(row)
     return pd.DataFrame(rows, columns=GRID_COLUMNS)
 

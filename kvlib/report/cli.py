@@ -423,17 +423,12 @@ def _speculative(d: Any, args: argparse.Namespace) -> Any:
 
 def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
                       ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """Speculative decoding at the serving point's batch (fewer when the draft's KV and the
-    lookahead slots leave room for fewer) and mean decode context: JSON fields and rows."""
-    from ..engines.pools import kv_pool
-    from ..engines.speculative import lookahead_tokens
-    from ..serve.speculative import speculative_decode
+    """Speculative decoding at the serving point's batch (``speculative_at_point``): JSON
+    fields and rows."""
+    from ..serve.speculative import speculative_at_point
 
-    context = point.input_tokens + point.output_tokens // 2
-    room = kv_pool(d).max_concurrency(point.input_tokens + point.output_tokens
-                                      + lookahead_tokens(d))
-    batch = max(1, min(point.batch, int(room)))
-    r = speculative_decode(d, batch, context, dollars_per_hour=dollars_per_hour)
+    r = speculative_at_point(d, point, dollars_per_hour=dollars_per_hour)
+    batch, context = r.step.batch, r.step.context_tokens
     spec = d.speculative
     data = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens,
             "tokens_per_step": spec.tokens_per_step, "batch": batch, "context_tokens": context,
