@@ -119,7 +119,12 @@ def _minor(version: str) -> str:
 def vllm_release(version: str) -> tuple[int, ...] | None:
     """(major, minor, patch) of a version string as logs print it ("0.15.2rc1.dev93+g11a…",
     "v0.2.x", "0.5.4 (docker)"); None when it names no release ("main, 2024-12-13")."""
-    found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    return _release(str(version))
+
+
+@lru_cache(maxsize=512)
+def _release(version: str) -> tuple[int, ...] | None:
+    found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
     if not found:
         return None
     return tuple(int(x) for x in found.groups() if x is not None)
@@ -147,9 +152,7 @@ def vllm_memory_rules(version: str, model: Model | str | None = None, *,
     release = vllm_release(version)
     if release is None:
         raise ValueError(f"vLLM version {version!r} names no release (give e.g. '0.19.0')")
-    rows = {r.runner: r for r in vllm_rule_rows()
-            if (not r.since or release >= vllm_release(r.since))
-            and (not r.until or release < vllm_release(r.until))}
+    rows = _rules_by_runner(release)
     if not rows:
         raise ValueError(f"no vLLM memory rules cover version {version!r}")
     v2 = rows.get("v2")
@@ -157,6 +160,14 @@ def vllm_memory_rules(version: str, model: Model | str | None = None, *,
             model is not None and v2.takes(resolve_model(model), quantized))):
         return v2
     return rows["v1"]
+
+
+@lru_cache(maxsize=64)
+def _rules_by_runner(release: tuple[int, ...]) -> dict[str, VLLMMemoryRules]:
+    """The rows of ``vllm_rule_rows`` that cover ``release``, by model runner."""
+    return {r.runner: r for r in vllm_rule_rows()
+            if (not r.since or release >= vllm_release(r.since))
+            and (not r.until or release < vllm_release(r.until))}
 
 
 def default_max_num_seqs(gpu: GPU) -> int:
@@ -258,8 +269,20 @@ def speculative(value: Speculative | str) -> Speculative:
     return Speculative(method, n, values[0] if len(values) == 1 else tuple(values))
 
 
+#: The parallel degrees and the engine limits among ``Deployment``'s fields.
+_DEGREES = frozenset(("tp", "pp", "dp", "ep"))
+_LIMITS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size")
+#: The fields ``Deployment.with_`` changes with only their own checks.
+_QUICK = _DEGREES | set(_LIMITS) | {"gpu_memory_utilization"}
+
+
 def _degree(name: str, value: Any) -> int:
     return positive_integer(name, value)
+
+
+def _check_utilization(value: Any) -> None:
+    if value is not None and not (0 < number("gpu_memory_utilization", value) <= 1):
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value!r}")
 
 
 def _check_parallel(d: Deployment) -> None:
@@ -342,7 +365,7 @@ class Deployment:
         object.__setattr__(self, "model", resolve_model(given))
         object.__setattr__(self, "slug", given if isinstance(given, str) else self.model.name)
         object.__setattr__(self, "gpu", resolve_gpu(self.gpu))
-        for name in ("tp", "pp", "dp", "ep"):
+        for name in _DEGREES:
             _degree(name, getattr(self, name))
         _check_parallel(self)
         object.__setattr__(self, "weights", weight_format(self.weights))
@@ -354,11 +377,8 @@ class Deployment:
         refused = engine_refusal(self.engine, self.gpu)
         if refused:
             raise ValueError(f"{refused}: choose engine vllm or sglang")
-        if self.gpu_memory_utilization is not None and not (
-                0 < number("gpu_memory_utilization", self.gpu_memory_utilization) <= 1):
-            raise ValueError("gpu_memory_utilization must be in (0, 1], "
-                             f"got {self.gpu_memory_utilization!r}")
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        _check_utilization(self.gpu_memory_utilization)
+        for name in _LIMITS:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, positive_integer(name, value))
@@ -411,10 +431,27 @@ class Deployment:
 
     def with_(self, **changes: Any) -> Deployment:
         """A copy with ``changes`` (field names), the model kept as it was given (the same
-        ``Model``, and its registry slug: not read from the registry again)."""
-        copy = replace(self, **changes)
-        if "model" not in changes:
-            object.__setattr__(copy, "slug", self.slug)
+        ``Model``, and its registry slug: not read from the registry again). Changing only
+        parallel degrees, limits or the memory fraction checks just those (the rest was
+        checked when ``self`` was made); anything else goes through ``__post_init__``."""
+        if not changes.keys() <= _QUICK:
+            copy = replace(self, **changes)
+            if "model" not in changes:
+                object.__setattr__(copy, "slug", self.slug)
+            return copy
+        copy = object.__new__(Deployment)
+        values = copy.__dict__
+        values.update(self.__dict__)
+        for name, value in changes.items():
+            if name in _DEGREES:
+                value = _degree(name, value)
+            elif name == "gpu_memory_utilization":
+                _check_utilization(value)
+            elif value is not None:
+                value = positive_integer(name, value)
+            values[name] = value
+        if changes.keys() & _DEGREES:
+            _check_parallel(copy)
         return copy
 
 

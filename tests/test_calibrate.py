@@ -28,19 +28,24 @@ def test_the_shipped_constants_are_the_train_half_fit():
     assert calibrate.fit_train_half() == CALIBRATED
 
 
+#: The band files hold errors rounded to 4 decimals, and the fit's last bits differ between
+#: machines (BLAS kernels): a value near a rounding boundary may come out one unit (1e-4) apart.
+ROUNDED = {"check_dtype": False, "check_exact": False, "rtol": 0, "atol": 1.5e-4}
+
+
 def test_the_error_band_file_is_current(results):
     stored = pd.read_csv(data_dir() / calibrate.BANDS_FILE, keep_default_na=False,
                          dtype={"batch_range": str})
-    pd.testing.assert_frame_equal(calibrate.error_bands(results), stored, check_dtype=False)
+    pd.testing.assert_frame_equal(calibrate.error_bands(results), stored, **ROUNDED)
 
 
 def test_the_case_band_files_are_current(results):
     bands, measured = calibrate.case_bands()
     stored = pd.read_csv(data_dir() / calibrate.CASE_BANDS_FILE, keep_default_na=False,
                          dtype={"batch_range": str})
-    pd.testing.assert_frame_equal(bands, stored, check_dtype=False)
+    pd.testing.assert_frame_equal(bands, stored, **ROUNDED)
     pd.testing.assert_frame_equal(measured, pd.read_csv(data_dir() / calibrate.CASE_MEASURED_FILE),
-                                  check_dtype=False)
+                                  **ROUNDED)
     pd.testing.assert_frame_equal(calibrate.ttft_error_table(), calibrate.ttft_errors(),
                                   check_dtype=False)
     # 2 vendors × 3 engines × 5 families × 5 TP buckets (1, 2, 4, 8, other) × 6 batch ranges

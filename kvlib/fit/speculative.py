@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import pandas as pd
 
@@ -100,15 +101,22 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-@lru_cache(maxsize=None)
 def measured_speculation(model_slug: str) -> MeasuredSpeculation | None:
     """The measured draft chain of ``model_slug`` with the highest measured speed-up (rows
     stating none last, then by id): a row of that model that states k and an acceptance rate
     (α itself; the low end of a range) or a mean acceptance length τ (α from
     ``rate_for_length``), drafts a chain (not a tree) and, for an EAGLE head, names its
     checkpoint (``draft_model``). None when no row qualifies: no acceptance is borrowed from
-    another model. Llama-3.1-8B: EAGLE-3, k = 4, τ = 3.08 (vLLM issue #20780, row sp12)."""
-    df = measurements()
+    another model. Llama-3.1-8B: EAGLE-3, k = 4, τ = 3.08 (vLLM issue #20780, row sp12).
+    Read once per version of ``data/speculative.csv``."""
+    table = csv_path("speculative.csv")
+    return _measured_speculation(model_slug, table, table.stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=256)
+def _measured_speculation(model_slug: str, table: Path,
+                          mtime_ns: int) -> MeasuredSpeculation | None:
+    df = pd.read_csv(table)
     df = df[(df["model_slug"] == model_slug) & df["num_speculative_tokens"].notna()
             & (df["acceptance_rate"].notna() | df["acceptance_length"].notna())
             & ~df["notes"].fillna("").str.contains("tree")
