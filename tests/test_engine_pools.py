@@ -322,6 +322,18 @@ def test_error_per_engine_against_the_logs():
     assert trt["predicted"] == 896_352 and trt["logged"] == 860_320
     assert 0.041 < trt["error"] < 0.043
     assert errors.loc[("tensorrt-llm", "full"), "count"] == 2  # K+V memory and tokens of el44
+    # el56 (SGLang's own clean-startup reference log, Qwen3-8B on one B200, April 2026 main, a
+    # 0.5.x build, default fraction): the cell 36 · 8 · 128 · 2 · 2 B = 147,456 B turns the logged
+    # K + V 136.36 GiB into ⌊992,943.2⌋ = 992,943 tokens against 992,896 logged (+0.005 %) …
+    assert abs(v.loc[("el56", "KV tokens from logged KV memory"), "error"]) < 1e-4
+    # … and the pool, F = 178.35 GiB (the B200's CUDA total) − 15.28 GiB of logged weights −
+    # F · (1 − 0.857, SGLang's default for the GPU at TP 1) = 137.57 GiB → 1,001,724 tokens, is
+    # 0.89 % above the log; the log's own F is 177.57 GiB (the CUDA context and torch.distributed
+    # take the rest), 0.78 · 0.857 = 0.67 GiB of the 1.21 GiB
+    sg = v.loc[("el56", "KV tokens")]
+    assert sg["predicted"] == 1_001_724 and sg["logged"] == 992_896
+    assert 0.0085 < sg["error"] < 0.0095
+    assert errors.loc[("sglang", "full"), "count"] == 4  # K+V memory and tokens of el10, el56
 
 
 def test_el37_running_requests_and_el38_failure():

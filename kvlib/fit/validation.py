@@ -280,8 +280,10 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
     a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
     2023 engine's profiler (el30, vl02), overheads larger than a 40 GB card's log leaves room
-    for (el45), and, under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside
-    torch of a consumer card again (el48) and a cold compile cache's activation peak (el47)."""
+    for (el45), under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside
+    torch of a consumer card again (el48) and a cold compile cache's activation peak (el47),
+    and, under vLLM 0.30.0 on an A10G and an L4, the CUDA-graph estimate kvlib does not size on
+    cards whose CUDA total gpus.csv lacks (el49–el52)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -341,9 +343,41 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
                 f"{pool.available_kv_bytes / GIB - float(row['available_kv_gib']):.2f} GiB above "
                 f"the logged {float(row['available_kv_gib']):.2f} GiB")
 
+    def logged_kv_gib(log_id: str) -> float:
+        pool = log_pool(log_id, overheads)
+        return float(logs.loc[log_id, "kv_cache_tokens"]) / pool.block_size * pool.block_bytes / GIB
+
+    def v2_graphs(log_id: str) -> str:
+        row, pool = logs.loc[log_id], log_pool(log_id, overheads)
+        card = logs.loc["el47"]  # an RTX 4090 whose log prints its CUDA total
+        card_nvml = load_gpu(card["gpu_slug"]).memory_bytes_nvml / GIB
+        text = (f"vLLM {row['engine_version']} ({row['vllm_rules']}) subtracts its CUDA-graph "
+                f"estimate before it sizes the pool, which kvlib does not size, and gpus.csv has no "
+                f"CUDA total for the {load_gpu(row['gpu_slug']).name}, so kvlib budgets "
+                f"{pool.gpu_memory_utilization:g} × its nvidia-smi "
+                f"{pool.total_memory_bytes / GIB:.2f} GiB (el47's RTX 4090 prints a CUDA total "
+                f"{float(card['total_gpu_memory_gib']):.2f} GiB, "
+                f"{card_nvml - float(card['total_gpu_memory_gib']):.2f} GiB under its nvidia-smi "
+                f"{card_nvml:.2f}); the log's {int(row['kv_cache_tokens']):,} tokens hold "
+                f"{logged_kv_gib(log_id):.2f} GiB against kvlib's "
+                f"{pool.available_kv_bytes / GIB:.2f}")
+        if log_id == "el52":  # el51's settings with 32 sequences instead of 8
+            fewer = (int(logs.loc["el51", "kv_cache_tokens"]) - int(row["kv_cache_tokens"]))
+            text += (f"; with {pool.max_num_seqs} sequences instead of el51's "
+                     f"{int(logs.loc['el51', 'max_num_seqs'])} the log's pool is "
+                     f"{fewer // pool.block_size} blocks "
+                     f"({fewer / pool.block_size * pool.block_bytes / 2**20:.1f} MiB) smaller, where "
+                     f"kvlib's does not move (its forward pass, "
+                     f"{pool.activation_forward_bytes / GIB:.2f} GiB, outweighs the sampler's "
+                     f"{pool.activation_sampler_bytes / 2**20:.1f} MiB)")
+        if log_id == "el50":  # el49's settings with an fp8 KV cache
+            text += (f"; the fp8 pool holds {logged_kv_gib('el49') - logged_kv_gib(log_id):.2f} GiB "
+                     f"less than el49's fp16 pool at the same settings")
+        return text
+
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
             "el30": profiler, "vl02": profiler, "el45": el45, "el47": v2_runner("el47"),
-            "el48": v2_runner("el48")}
+            "el48": v2_runner("el48"), **{i: v2_graphs(i) for i in ("el49", "el50", "el51", "el52")}}
 
 
 def engine_pool_validation() -> pd.DataFrame:
