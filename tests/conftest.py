@@ -74,7 +74,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         names = getattr(item, "fixturenames", ())
         if "second_execution" in names:
             return 2
-        return 1 if "built_book" in names or "reruns" in names else 0
+        return 1 if {"built_book", "reruns", "golden_sample"} & set(names) else 0
 
     items.sort(key=order)
 
@@ -89,10 +89,16 @@ def _background() -> Iterator[dict[str, _Background]]:
 
 def _start_background(runs: dict[str, _Background], tmp_path_factory) -> None:
     """After the first execution: the second one (another hash seed, one chapter at a time,
-    into a scratch folder) and the HTML build of the first (``make html``)."""
+    into a scratch folder), the HTML build of the first (``make html``) and the golden sample
+    (``tests/golden_results.py --sample``): work the tests wait for only at the end, run on
+    the core the one-at-a-time tests leave free."""
     if runs:
         return
     scratch = tmp_path_factory.mktemp("second")
+    runs["golden"] = _Background(
+        "golden sample", [sys.executable, str(ROOT / "tests" / "golden_results.py"), "--sample",
+                          str(scratch / "golden.json")],
+        scratch / "golden.log", output=scratch / "golden.json")
     env = {**os.environ, "PYTHONHASHSEED": "2026"}  # another str hash order than the first
     runs["second"] = _Background(
         "second execution", [sys.executable, str(ROOT / "book" / "pipeline.py"), "-o",
@@ -122,6 +128,15 @@ def executed_book(_background, tmp_path_factory) -> Path:
 def second_execution(executed_book, _background) -> Path:
     """The folder holding every chapter executed a second time (waits for the background run)."""
     run = _background["second"]
+    run.wait()
+    assert run.output is not None
+    return run.output
+
+
+@pytest.fixture(scope="session")
+def golden_sample(executed_book, _background) -> Path:
+    """The JSON file of the golden sample (waits for the background run)."""
+    run = _background["golden"]
     run.wait()
     assert run.output is not None
     return run.output

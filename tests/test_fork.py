@@ -2,7 +2,7 @@
 
 The commands run in a scratch copy of the repository (``clone``: data and the book folder
 copied, the virtual environment and chapters linked), so nothing in the checkout changes. The
-rebuild step needs every other chapter executed: it takes them from the session's execution.
+rebuild command is the session's own build of the book, run once for all tests.
 ``test_every_command_on_the_page_is_run`` fails when the page gains a command no test runs.
 """
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -157,9 +156,10 @@ def _started_reruns(tmp_path_factory, executed_book) -> dict[str, Started | Path
     """The page's long runs, started in the background when this module's first test runs, in
     two scratch repositories of their own: chapter 4 and the landing page rerun for the
     reader's model ("repo": step 0 and step 2's registration run there first), and chapter 1
-    rerun with papermill then the book rebuilt with every other chapter as the session
-    executed it ("book": step 0 first). The tests that read them (``reruns``) run at the end of
-    the session, so the runs overlap the tests between."""
+    rerun with papermill ("book": step 0 first). The tests that read them (``reruns``) run at
+    the end of the session, so the runs overlap the tests between. Step 4's rebuild command is
+    the session's own build (``built_book``; ``test_the_make_targets_it_names_are_its_commands``),
+    so it is not run a second time here."""
     repo = make_clone(tmp_path_factory.mktemp("fork-reruns") / "repo")
     for command in commands(blocks()["fork-copy"]):  # step 0, and step 2's registration:
         sh(repo, command, data=False)                # their checks are the tests above
@@ -167,17 +167,13 @@ def _started_reruns(tmp_path_factory, executed_book) -> dict[str, Started | Path
     sh(repo, commands(blocks()["fork-model"])[1])
     (mine,) = commands(blocks()["fork-rerun"])
     (landing,) = [c for c in inline_commands(FORK) if c.startswith(ANSWER_RERUN)]
-    book = make_clone(tmp_path_factory.mktemp("fork-rebuild") / "repo")
+    book = make_clone(tmp_path_factory.mktemp("fork-papermill") / "repo")
     for command in commands(blocks()["fork-copy"]):
         sh(book, command, data=False)
-    for nb in executed_book.glob("*.ipynb"):
-        if nb.name != "01_per_token_kv.ipynb":
-            shutil.copy(nb, book / "book" / "chapters" / nb.name)
     convert, execute = commands(blocks()["fork-papermill"])
-    (rebuild,) = commands(blocks()["fork-rebuild"])
     return {"repo": repo, "chapter 4": Started(repo, mine),
             "landing": Started(repo, landing, data="my-data"),
-            "book": book, "rebuild": Started(book, f"{convert} && {execute} && {rebuild}")}
+            "book": book, "papermill": Started(book, f"{convert} && {execute}")}
 
 
 @pytest.fixture(scope="session")
@@ -235,12 +231,4 @@ def test_your_model_in_the_landing_pages_chart(reruns):
     assert glued(executed, "a_n_checkpoints") == "4"  # my-model's own, Llama-3.1-8B's three
 
 
-def test_step4_rebuild(reruns):
-    """The rebuild command, verbatim, after chapter 1's rerun in fp8 with papermill (step 3),
-    every other chapter as the session executed it (run in the background by
-    ``_started_reruns``)."""
-    html = reruns["book"] / "book" / "_build" / "html"
-    page = (html / "chapters" / "01_per_token_kv.html").read_text()
-    assert re.search(r'dtype</span> <span class="o">=</span> <span class="s2">"fp8"</span>', page)
-    assert (html / "index.html").is_file()
 
