@@ -58,7 +58,8 @@ class VLLMMemoryRules:
     ``data/vllm_memory_rules.csv``): since/until: first release with them and first without
     ("" = open); runner: "v1" or "v2"; default_for: which models the release runs on it
     ("all"; "the rest": those its V2 row does not take; "listed dense unquantized", "listed",
-    "listed or dense": by ``architectures``, see ``takes``); the default
+    "listed or dense": by ``architectures``, see ``takes``; "fallback": none, only deployments
+    with a feature of ``vllm_fallbacks``); the default
     ``gpu_memory_utilization``; whether the CUDA-graph estimate is subtracted before the KV
     cache is sized; sampler_term: how kvlib charges the dummy sampling pass ("fitted": the
     calibrated fp32 copies, ``Overheads.sampler_copies``; "logits": one logits tensor in the
@@ -94,11 +95,12 @@ class VLLMMemoryRules:
     def takes(self, model: Model, quantized: bool = False) -> bool:
         """Whether this row's release runs ``model`` on this row's runner by default
         (``VllmConfig._is_default_v2_model_runner_model`` of each release; ``quantized``: the
-        weights are not bf16/fp16). "dense": no experts and no recurrent state. Features that
-        make vLLM fall back to V1 (custom logits processors, some speculative methods) are not
-        modelled."""
+        weights are not bf16/fp16). "dense": no experts and no recurrent state. The features
+        that send a deployment back to V1 are ``vllm_fallbacks``."""
         if self.default_for in ("all", "the rest"):
             return True
+        if self.default_for == "fallback":
+            return False
         arch = model.architecture
         listed = arch is not None and any(a in self.architectures for a in arch.architectures)
         dense = arch is not None and arch.moe is None and not model.has_state
@@ -143,12 +145,61 @@ def vllm_rule_rows() -> tuple[VLLMMemoryRules, ...]:
             tp_buffers=r["tp_buffers"], source=r["source_url"]) for r in csv.DictReader(f))
 
 
+@dataclass(frozen=True)
+class VLLMFallback:
+    """A deployment feature that makes vLLM releases since … until (first without) run the V1
+    runner where their V2 one would run the model (one row of
+    ``data/vllm_runner_fallbacks.csv``): the speculative method it takes ("": any), the fewest
+    pipeline stages, the GPU vendor ("": any), config architectures (empty: any); feature: in
+    words; reason: vLLM's own words; source."""
+
+    since: str
+    until: str
+    feature: str
+    speculative_method: str
+    min_pp: int
+    gpu_vendor: str
+    architectures: tuple[str, ...]
+    reason: str
+    source: str
+
+
+@lru_cache(maxsize=1)
+def vllm_fallback_rows() -> tuple[VLLMFallback, ...]:
+    """Every row of ``data/vllm_runner_fallbacks.csv``, in file order."""
+    with open(csv_path("vllm_runner_fallbacks.csv"), newline="", encoding="utf-8") as f:
+        return tuple(VLLMFallback(
+            since=r["since_version"], until=r["until_version"], feature=r["feature"],
+            speculative_method=r["speculative_method"], min_pp=int(r["min_pp"] or 1),
+            gpu_vendor=r["gpu_vendor"], architectures=tuple(r["architectures"].split()),
+            reason=r["vllm_reason"], source=r["source_url"]) for r in csv.DictReader(f))
+
+
+def vllm_fallbacks(version: str, model: Model | str | None = None, *,
+                   speculative_method: str | None = None, pp: int = 1,
+                   gpu_vendor: str = "") -> tuple[VLLMFallback, ...]:
+    """The features of a deployment (its model, speculative method, pipeline stages, GPU
+    vendor) for which vLLM ``version``'s ``VllmConfig.use_v2_model_runner`` picks the V1
+    runner over the V2 one (``data/vllm_runner_fallbacks.csv``)."""
+    release = vllm_release(version)
+    arch = resolve_model(model).architecture if model is not None else None
+    archs = arch.architectures if arch is not None else ()
+    return tuple(f for f in vllm_fallback_rows()
+                 if vllm_release(f.since) <= release < vllm_release(f.until)
+                 and f.speculative_method in ("", speculative_method) and pp >= f.min_pp
+                 and f.gpu_vendor in ("", gpu_vendor)
+                 and (not f.architectures or any(a in f.architectures for a in archs)))
+
+
 def vllm_memory_rules(version: str, model: Model | str | None = None, *,
-                      quantized: bool = False) -> VLLMMemoryRules:
+                      quantized: bool = False, speculative_method: str | None = None,
+                      pp: int = 1, gpu_vendor: str = "") -> VLLMMemoryRules:
     """The rules of vLLM ``version`` ("0.19.0", "0.33.0") for ``model``: those of the runner
-    the release runs it on by default (its V2 row when that row ``takes`` the model, else its
-    V1 row). Without a model, the runner the release runs every model on that it does not
-    single out (V1 before 0.29, V2 from 0.29). ValueError for a string that names no release."""
+    the release runs it on (its V2 row when that row ``takes`` the model and the deployment
+    has none of the ``vllm_fallbacks`` features, else its V1 row). Without a model, the runner
+    the release runs every model on that it does not single out (V1 before 0.29, V2 from
+    0.29). ValueError for a string that names no release, or a fallback the rules have no V1
+    row for."""
     release = vllm_release(version)
     if release is None:
         raise ValueError(f"vLLM version {version!r} names no release (give e.g. '0.19.0')")
@@ -158,7 +209,13 @@ def vllm_memory_rules(version: str, model: Model | str | None = None, *,
     v2 = rows.get("v2")
     if v2 is not None and (v2.default_for == "all" or "v1" not in rows or (
             model is not None and v2.takes(resolve_model(model), quantized))):
-        return v2
+        fallback = vllm_fallbacks(version, model, speculative_method=speculative_method, pp=pp,
+                                  gpu_vendor=gpu_vendor)
+        if not fallback:
+            return v2
+        if "v1" not in rows:
+            raise ValueError(f"vLLM {version} runs {fallback[0].feature} on its V1 runner, which "
+                             "data/vllm_memory_rules.csv has no row for")
     return rows["v1"]
 
 
@@ -423,11 +480,14 @@ class Deployment:
 
     def vllm_rules(self) -> VLLMMemoryRules:
         """vLLM's memory rules for this deployment: those of its release (the pinned
-        ``VLLM_VERSION`` when it names none) for the runner that release runs its model on
-        (``vllm_memory_rules``; quantized: any component stored in fewer than 16 bits)."""
+        ``VLLM_VERSION`` when it names none) for the runner that release runs it on
+        (``vllm_memory_rules``; quantized: any component stored in fewer than 16 bits; the
+        speculative method, pipeline stages and GPU vendor for ``vllm_fallbacks``)."""
         quantized = min(self.weights.bits.values()) < 16
-        return vllm_memory_rules(self.engine_version or VLLM_VERSION, self.model,
-                                 quantized=quantized)
+        return vllm_memory_rules(
+            self.engine_version or VLLM_VERSION, self.model, quantized=quantized,
+            speculative_method=self.speculative.method if self.speculative else None,
+            pp=self.pp, gpu_vendor=self.gpu.vendor)
 
     def with_(self, **changes: Any) -> Deployment:
         """A copy with ``changes`` (field names), the model kept as it was given (the same

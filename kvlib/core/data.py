@@ -359,13 +359,20 @@ SCHEMAS: dict[str, Schema] = {
     "vllm_memory_rules.csv": Schema(
         required={"model_runner": choice("v1", "v2"),
                   "default_for": choice("all", "the rest", "listed dense unquantized", "listed",
-                                        "listed or dense"),
+                                        "listed or dense", "fallback"),
                   "default_gpu_memory_utilization": number(maximum=1, positive=True),
                   "cuda_graphs_in_profile": choice("true", "false"),
                   "sampler_term": choice("fitted", "logits"),
                   "activation_profile": TEXT, "tp_buffers": TEXT, "source_url": URL,
                   "accessed": DATE, "notes": TEXT},
         optional={"default_architectures": TEXT},
+        source=("source_url",)),
+    "vllm_runner_fallbacks.csv": Schema(
+        required={"since_version": TEXT, "until_version": TEXT, "feature": TEXT,
+                  "vllm_reason": TEXT, "source_function": TEXT, "source_url": URL,
+                  "accessed": DATE, "notes": TEXT},
+        optional={"speculative_method": choice("mtp", "eagle", "eagle3", "ngram"),
+                  "min_pp": _POSITIVE_COUNT, "gpu_vendor": TEXT, "architectures": TEXT},
         source=("source_url",)),
     "engine_block_sizes.csv": Schema(
         required={"engine": TEXT, "version": TEXT, "parameter": TEXT,
