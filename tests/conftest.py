@@ -58,6 +58,12 @@ class _Background:
         self.log.seek(0)
         assert status == 0, f"{self.what} failed:\n{self.log.read()[-4000:]}"
 
+    def result(self) -> Path:
+        """``output``, once the command has succeeded."""
+        self.wait()
+        assert self.output is not None, f"{self.what} names no output"
+        return self.output
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
@@ -127,19 +133,13 @@ def executed_book(_background, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def second_execution(executed_book, _background) -> Path:
     """The folder holding every chapter executed a second time (waits for the background run)."""
-    run = _background["second"]
-    run.wait()
-    assert run.output is not None
-    return run.output
+    return _background["second"].result()
 
 
 @pytest.fixture(scope="session")
 def golden_sample(executed_book, _background) -> Path:
     """The JSON file of the golden sample (waits for the background run)."""
-    run = _background["golden"]
-    run.wait()
-    assert run.output is not None
-    return run.output
+    return _background["golden"].result()
 
 
 @pytest.fixture(scope="session")
