@@ -24,7 +24,7 @@ from ..core.data import csv_path
 from ..hardware.gpus import load_gpu
 from ..model.weights import params_for
 from ..model.registry import load_model
-from ..core.units import GIB
+from ..core.units import GIB, MIB
 
 
 # --- the overheads, fitted on public start-up logs ----------------------------------------------------
@@ -366,10 +366,10 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
             text += (f"; with {pool.max_num_seqs} sequences instead of el51's "
                      f"{int(logs.loc['el51', 'max_num_seqs'])} the log's pool is "
                      f"{fewer // pool.block_size} blocks "
-                     f"({fewer / pool.block_size * pool.block_bytes / 2**20:.1f} MiB) smaller, where "
+                     f"({fewer / pool.block_size * pool.block_bytes / MIB:.1f} MiB) smaller, where "
                      f"kvlib's does not move (its forward pass, "
                      f"{pool.activation_forward_bytes / GIB:.2f} GiB, outweighs the sampler's "
-                     f"{pool.activation_sampler_bytes / 2**20:.1f} MiB)")
+                     f"{pool.activation_sampler_bytes / MIB:.1f} MiB)")
         if log_id == "el50":  # el49's settings with an fp8 KV cache
             text += (f"; the fp8 pool holds {logged_kv_gib('el49') - logged_kv_gib(log_id):.2f} GiB "
                      f"less than el49's fp16 pool at the same settings")
