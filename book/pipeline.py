@@ -134,7 +134,9 @@ def _phrase(default: Any) -> str:
 
 
 def strip_volatile(nb: Any) -> Any:
-    """Remove run-to-run metadata (times, durations) from an executed notebook, in place."""
+    """Remove run-to-run metadata (times, durations) from an executed notebook, in place, and
+    join each run of outputs of one stream (stdout, stderr) into one: the kernel sends printed
+    text in as many messages as its flushes happened to make, which differs between runs."""
     for key in _VOLATILE_NB:
         nb.metadata.pop(key, None)
     for cell in nb.cells:
@@ -142,7 +144,21 @@ def strip_volatile(nb: Any) -> Any:
             cell.metadata.pop(key, None)
         if "injected-parameters" in cell.metadata.get("tags", []):
             cell.id = "injected-parameters"
+        if cell.get("outputs"):
+            cell.outputs = _joined_streams(cell.outputs)
     return nb
+
+
+def _joined_streams(outputs: list[Any]) -> list[Any]:
+    joined: list[Any] = []
+    for out in outputs:
+        last = joined[-1] if joined else None
+        if (out.get("output_type") == "stream" and last is not None
+                and last.get("output_type") == "stream" and last.get("name") == out.get("name")):
+            last["text"] = "".join(last["text"]) + "".join(out["text"])
+        else:
+            joined.append(out)
+    return joined
 
 
 def _kernel_manager(log: IO[str]) -> type:
@@ -186,13 +202,13 @@ def execute_chapter(source: Path, output: Path | None = None,
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "kernel.log", "w+") as log:
-        staged, executed = Path(tmp) / f"{source.stem}.ipynb", Path(tmp) / "executed.ipynb"
+        staged = Path(tmp) / f"{source.stem}.ipynb"
         nbformat.write(nb, staged)
-        try:
-            papermill.execute_notebook(str(staged), str(executed), parameters=parameters,
-                                       kernel_name="python3", cwd=str(SOURCES),
-                                       progress_bar=False, execution_timeout=timeout_s,
-                                       kernel_manager_class=_kernel_manager(log))
+        try:  # no output path: papermill would rewrite the whole notebook at every cell
+            executed = papermill.execute_notebook(
+                str(staged), None, parameters=parameters, kernel_name="python3",
+                cwd=str(SOURCES), progress_bar=False, execution_timeout=timeout_s,
+                request_save_on_cell_execute=False, kernel_manager_class=_kernel_manager(log))
         except papermill.PapermillExecutionError as exc:
             output.unlink(missing_ok=True)
             raise ChapterError(source.stem, _one_line(f"{exc.ename}: {exc.evalue}")) from None
@@ -201,7 +217,7 @@ def execute_chapter(source: Path, output: Path | None = None,
             log.seek(0)
             exc.add_note(f"{source.stem}: the kernel's stderr:\n{log.read()[-3000:]}")
             raise
-        result = strip_volatile(nbformat.read(executed, as_version=4))
+        result = strip_volatile(executed)
     partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
     nbformat.write(result, partial)
     os.replace(partial, output)

@@ -1,17 +1,20 @@
-"""Shared fixtures: the book executed and built once per test session, a second execution for
-the determinism test, and a scratch copy of the repository for the documented commands.
+"""Shared fixtures: the book executed and built once per test session, in the background, while
+the tests that need neither run; and a scratch copy of the repository for the documented commands.
 
-Every chapter executes once for the whole session (``executed_book``); the chapter-level tests
-read that execution. The determinism test needs each chapter executed a second time, in fresh
-kernels with another hash seed: that run starts in the background (one chapter at a time) as
-soon as the first one is done, and so does the HTML build, so both overlap the tests that
-follow instead of adding their time to them.
+Every chapter executes once for the whole session (``executed_book``, started in the background
+as the session's first test starts); the tests that read an executed chapter or the built book
+run after all others, so that the execution and the HTML build overlap them instead of adding
+their time to them. The determinism test executes ``TWICE`` a second time with another hash
+seed, and the golden sample (every public result the book's figures come from) runs under
+that other seed too.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,107 +46,114 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.longrepr = f"skipped under make test, where nothing may be: {reason}"
 
 
-class _Background:
-    """A command running in the background, its output in ``log`` (a file)."""
-
-    def __init__(self, what: str, argv: list[str], log: Path, env: dict[str, str] | None = None,
-                 output: Path | None = None) -> None:
-        self.what, self.output = what, output
-        self.log = open(log, "w+")  # noqa: SIM115
-        self.process = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env=env)
-
-    def wait(self) -> None:
-        status = self.process.wait(timeout=1800)
-        self.log.seek(0)
-        assert status == 0, f"{self.what} failed:\n{self.log.read()[-4000:]}"
-
-    def result(self) -> Path:
-        """``output``, once the command has succeeded."""
-        self.wait()
-        assert self.output is not None, f"{self.what} names no output"
-        return self.output
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
+#: What runs in the background, by the fixture that waits for it.
+_BACKGROUND = ("executed_book", "built_book", "second_execution", "golden_sample",
+               "page_readings")
+#: Chapters executed a second time, in fresh kernels with another string-hash seed, for the
+#: determinism test: the two quickest, which between them go through every step of the
+#: pipeline (parameters, glue, charts, tables, stream output). The numbers every chapter
+#: shows come from kvlib, whose public results are checked under that other seed too
+#: (``golden_sample``) against the stored golden file.
+TWICE = ("01_per_token_kv", "02_architecture_savings")
+#: Another str hash order than the first execution's.
+SECOND_HASH_SEED = "2026"
+_NEEDED = pytest.StashKey[set]()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read the built book or wait for the fork page's background reruns
-    (tests/test_fork.py) run after the others, and those that wait for the background second
-    execution last, so that the build and that run overlap every other test
-    instead of holding the session up."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that read the executed or built book, or wait for a background run, run after the
+    others, and those that wait for the second execution last, so that the runs overlap every
+    other test instead of holding the session up. Records which background runs the selected
+    tests need: a session that needs none starts none."""
     def order(item: pytest.Item) -> int:
-        names = getattr(item, "fixturenames", ())
+        names = set(getattr(item, "fixturenames", ()))
         if "second_execution" in names:
             return 2
-        return 1 if {"built_book", "reruns", "golden_sample"} & set(names) else 0
+        return 1 if names & {*_BACKGROUND, "reruns"} else 0
 
     items.sort(key=order)
+    config.stash[_NEEDED] = {name for item in items
+                             for name in getattr(item, "fixturenames", ()) if name in _BACKGROUND}
+
+
+class _Runs:
+    """The session's background runs (``tests/background_runs.py``) in ``folder``: each fixture
+    waits for the ones its tests need."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def result(self, name: str, what: str) -> None:
+        """Wait for run ``name`` to end; it must have succeeded."""
+        status = self.folder / f"{name}.rc"
+        deadline = time.monotonic() + 1800
+        while not status.exists():
+            assert time.monotonic() < deadline, f"{what} still running after 30 minutes"
+            time.sleep(0.2)
+        log = self.folder / f"{name}.log"
+        assert status.read_text() == "0", f"{what} failed:\n{log.read_text()[-4000:]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> _Runs:
+    """Started with the session's first test: the execution of every chapter (``make
+    execute``, two at a time), then the HTML build and the second execution of ``TWICE``, then
+    every page read in Chromium; the golden sample (``tests/golden_results.py --sample``) from
+    the start; each only if a selected test needs it. The second execution and the golden
+    sample run under ``SECOND_HASH_SEED``."""
+    needed = request.config.stash.get(_NEEDED, set())
+    folder = tmp_path_factory.mktemp("background")
+    prebuilt = os.environ.get("KVLIB_BUILT_BOOK")
+    html = Path(prebuilt) if prebuilt else ROOT / "book" / "_build" / "html"
+    flags = ([] if prebuilt or not needed - {"golden_sample"} else ["--execute"]) + \
+        (["--build"] if needed & {"built_book", "page_readings"} and not prebuilt else []) + \
+        (["--second", *TWICE] if "second_execution" in needed else []) + \
+        (["--pages", str(html)] if "page_readings" in needed else []) + \
+        (["--golden"] if "golden_sample" in needed else [])
+    if flags:
+        with open(folder / "runs.log", "w") as errors:
+            subprocess.Popen([sys.executable, str(ROOT / "tests" / "background_runs.py"),
+                              str(folder), "--watch", str(os.getpid()), "--hash-seed",
+                              SECOND_HASH_SEED, *flags], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=errors)
+    return _Runs(folder)
 
 
 @pytest.fixture(scope="session")
-def _background() -> Iterator[dict[str, _Background]]:
-    runs: dict[str, _Background] = {}
-    yield runs
-    for run in runs.values():
-        run.close()
-
-
-def _start_background(runs: dict[str, _Background], tmp_path_factory) -> None:
-    """After the first execution: the second one (another hash seed, one chapter at a time,
-    into a scratch folder), the HTML build of the first (``make html``) and the golden sample
-    (``tests/golden_results.py --sample``): work the tests wait for only at the end, run on
-    the core the one-at-a-time tests leave free."""
-    if runs:
-        return
-    scratch = tmp_path_factory.mktemp("second")
-    runs["golden"] = _Background(
-        "golden sample", [sys.executable, str(ROOT / "tests" / "golden_results.py"), "--sample",
-                          str(scratch / "golden.json")],
-        scratch / "golden.log", output=scratch / "golden.json")
-    env = {**os.environ, "PYTHONHASHSEED": "2026"}  # another str hash order than the first
-    runs["second"] = _Background(
-        "second execution", [sys.executable, str(ROOT / "book" / "pipeline.py"), "-o",
-                             str(scratch / "chapters"), "-j", "1"],
-        scratch / "second_execution.log", env, output=scratch / "chapters")
-    if not os.environ.get("KVLIB_BUILT_BOOK"):
-        jb = Path(sys.executable).parent / "jupyter-book"
-        runs["build"] = _Background(
-            "jupyter-book build", [str(jb), "build", "-W", "-n", "--keep-going",
-                                   str(ROOT / "book")], scratch / "build.log")
-
-
-@pytest.fixture(scope="session")
-def executed_book(_background, tmp_path_factory) -> Path:
+def executed_book(_background: _Runs) -> Path:
     """Every chapter executed by papermill into ``book/chapters`` (``make execute``): once per
-    session. Fails with each failing chapter's own error. With ``KVLIB_BUILT_BOOK`` set, the
-    notebooks already in ``book/chapters`` are used and nothing is executed."""
+    session, in the background. Fails with each failing chapter's own error. With
+    ``KVLIB_BUILT_BOOK`` set, the notebooks already in ``book/chapters`` are used and nothing
+    is executed."""
     if not os.environ.get("KVLIB_BUILT_BOOK"):
-        import pipeline
-
-        pipeline.execute_all(jobs=2)
-    _start_background(_background, tmp_path_factory)
+        _background.result("execute", "chapter execution")
     return ROOT / "book" / "chapters"
 
 
 @pytest.fixture(scope="session")
-def second_execution(executed_book, _background) -> Path:
-    """The folder holding every chapter executed a second time (waits for the background run)."""
-    return _background["second"].result()
+def second_execution(executed_book, _background: _Runs) -> Path:
+    """The folder holding ``TWICE`` executed a second time (waits for the background run)."""
+    _background.result("second", "second execution")
+    return _background.folder / "second"
 
 
 @pytest.fixture(scope="session")
-def golden_sample(executed_book, _background) -> Path:
+def page_readings(built_book: Path, _background: _Runs) -> list[dict]:
+    """Every page of the built book read in Chromium at each width (``page_readings.py``,
+    run in the background as soon as the book is built)."""
+    _background.result("pages", "reading the built book in Chromium")
+    return json.loads((_background.folder / "pages.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def golden_sample(_background: _Runs) -> Path:
     """The JSON file of the golden sample (waits for the background run)."""
-    return _background["golden"].result()
+    _background.result("golden", "golden sample")
+    return _background.folder / "golden.json"
 
 
 @pytest.fixture(scope="session")
-def built_book(executed_book, _background) -> Path:
+def built_book(executed_book, _background: _Runs) -> Path:
     """The HTML built from the session's executed chapters (``make html``), built in the
     background as soon as they are executed.
 
@@ -155,7 +165,7 @@ def built_book(executed_book, _background) -> Path:
         path = Path(prebuilt)
         assert (path / "index.html").is_file(), f"KVLIB_BUILT_BOOK={prebuilt} holds no built book"
         return path
-    _background["build"].wait()
+    _background.result("build", "jupyter-book build")
     return ROOT / "book" / "_build" / "html"
 
 

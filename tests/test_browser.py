@@ -1,180 +1,84 @@
 """The built book in headless Chromium with no network, as a reader sees it on a laptop and a
 phone: charts and formulas render offline and fit the column, nothing scrolls sideways, no
-working notes or pandas artefacts, and every widget changes its chart. One browser, one page."""
+working notes or pandas artefacts, and every widget changes its chart. Every page's reading
+(``page_readings``) is taken in the background as soon as the book is built; the widget tests
+use one browser, one page."""
 from __future__ import annotations
 
-import functools
-import http.server
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from page_readings import CHROMIUM, WIDTHS, Reader, browser, pages, serve
 
-CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(),
                                 reason="Debian chromium missing: `make test` installs it")
 
 
 @pytest.fixture(scope="module")
 def server(built_book: Path) -> Iterator[str]:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # no access log in the test output
-            pass
-
-    handler = functools.partial(Quiet, directory=str(built_book))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-class Reader:
-    """One headless Chromium page that reads the built book with every non-local request
-    blocked, collecting page errors, console errors and external requests per visit."""
-
-    def __init__(self, browser) -> None:
-        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
-        self.problems: list[str] = []
-        self.page.route("**/*", self._route)
-        self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        self.page.on("console", lambda msg: self.problems.append(f"console {msg.type}: {msg.text}")
-                     if msg.type == "error" else None)
-
-    def _route(self, r) -> None:
-        if r.request.url.startswith(("http://127.0.0.1", "data:", "blob:")):
-            r.continue_()
-        else:
-            self.problems.append(f"external request: {r.request.url}")
-            r.abort()
-
-    def open(self, url: str, width: int = 1280):
-        """Go to ``url`` at a window ``width`` pixels wide; wait for charts and formulas."""
-        self.problems.clear()
-        page = self.page
-        if page.viewport_size["width"] != width:
-            page.set_viewport_size({"width": width, "height": 900})
-        page.goto(url, wait_until="load")
-        n_charts = page.locator("div.kvlib-chart").count()
-        if n_charts:
-            page.wait_for_function(
-                "n => window.kvlibChartsRendered >= n || window.kvlibChartErrors.length > 0",
-                arg=n_charts, timeout=30_000)
-        n_calculators = page.locator("div.kvlib-calculator").count()
-        if n_calculators:
-            page.wait_for_function(
-                "n => window.kvlibCalculatorsReady >= n || window.kvlibCalculatorErrors.length > 0",
-                arg=n_calculators, timeout=30_000)
-        if page.locator(".math").count():
-            page.wait_for_selector("mjx-container", timeout=30_000)
-        return page
+    with serve(built_book) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
 def reader():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+    with browser() as b:
         yield Reader(b)
-        b.close()
 
-
-def _pages(built_book: Path) -> list[str]:
-    skip = {"genindex.html", "search.html"}
-    return sorted(str(p.relative_to(built_book)) for p in built_book.rglob("*.html")
-                  if p.name not in skip and "_static" not in p.parts and p.name != "index.html")
-
-
-#: Working notes that must never reach a reader (DEVELOPERS.md: text a reader sees is for the reader).
-WORKING_NOTES = ("not readable here", "not verified here", "not in our store", "year not seen",
-                 "publication date not seen")
 
 #: Most lines of code a page may show unfolded (cells that teach: a formula, a worked instance);
 #: tables, charts, glue and checks are folded (hide-input) or removed.
 MAX_VISIBLE_CODE_LINES = 25
 
-#: What a page looks like to a reader, in one pass: sideways scroll, charts outside the article
-#: column, visible working notes, pandas artefacts in table cells, charts drawn, code shown.
-_INSPECT = r"""notes => {
-  const se = document.scrollingElement;
-  const art = document.querySelector('article.bd-article');
-  const box = art.getBoundingClientRect(), cs = getComputedStyle(art);
-  const col = [box.left + parseFloat(cs.paddingLeft), box.right - parseFloat(cs.paddingRight)];
-  const charts = Array.from(document.querySelectorAll('div.kvlib-chart')).map(c => {
-    const g = c.querySelector('svg, canvas');
-    if (!g) { return {id: c.id, drawn: false}; }
-    const b = g.getBoundingClientRect();
-    return {id: c.id, drawn: true, left: b.left, right: b.right};
-  });
-  const text = document.body.innerText.toLowerCase();
-  const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.textContent.trim());
-  const blankHeads = Array.from(art.querySelectorAll('table thead th'))  // folded tables too
-    .filter(th => th.textContent.trim() === '').length;
-  const citeLabels = Array.from(document.querySelectorAll('div.citation > .label'))
-    .map(l => l.innerText.replace(/[\[\]]/g, '').trim());
-  const code = Array.from(art.querySelectorAll('div.cell div.cell_input pre'))
-    .filter(p => !p.closest('details:not([open])'))
-    .map(p => p.textContent.replace(/\n+$/, ''));
-  return {scrollWidth: se.scrollWidth, clientWidth: se.clientWidth, col, charts, cells, blankHeads,
-          citeLabels, codeLines: code.reduce((n, c) => n + c.split('\n').length, 0),
-          codeChecks: code.filter(c => c.includes('glue(') || c.includes('assert ')).length,
-          notes: notes.filter(n => text.includes(n)),
-          rawPandas: art.querySelectorAll('table.dataframe').length,
-          mathRendered: document.querySelectorAll('mjx-container').length,
-          chartErrors: (window.kvlibChartErrors || []).concat(window.kvlibCalculatorErrors || [])};
-}"""
 _ARTEFACTS = [re.compile(r"\d+\.0{6}\b"), re.compile(r"^-0([.,]0*)?$"), re.compile(r"\de[+-]\d\d")]
 #: A bibliography label as a reader reads it: "Kwon et al., 2023a", "NVIDIA, 2024", "TildAlice, n.d.".
 _AUTHOR_YEAR = re.compile(r".+, (\d{4}|n\.d\.)[a-z]?")
 
 
-def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, server, reader):
+def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, page_readings):
     """At 1,280 and 390 px: every page renders offline (charts drawn, formulas typeset, no
     error, no request leaving the machine), nothing scrolls sideways, every chart lies inside
     the article column, no working note shows, no table cell is a pandas artefact and every
     bibliography label is author–year; no page shows more than ``MAX_VISIBLE_CODE_LINES`` lines
     of unfolded code, and no unfolded cell glues or asserts."""
-    pages = _pages(built_book)
-    assert any(p.startswith("chapters/") for p in pages), pages
+    every = pages(built_book)
+    assert any(p.startswith("chapters/") for p in every), every
+    read = [(r["page"], r["width"]) for r in page_readings]
+    assert read == [(rel, width) for width in WIDTHS for rel in every], "a page was not read"
     failures = []
-    for width in (1280, 390):
-        for rel in pages:
-            page = reader.open(f"{server}/{rel}", width)
-            seen = page.evaluate(_INSPECT, list(WORKING_NOTES))
-            where = f"{rel} at {width} px"
-            if reader.problems or seen["chartErrors"]:
-                failures.append(f"{where}: {reader.problems + seen['chartErrors']}")
-            if seen["scrollWidth"] > seen["clientWidth"]:
-                failures.append(f"{where}: scrolls sideways ({seen['scrollWidth']} px in "
-                                f"{seen['clientWidth']})")
-            left, right = seen["col"]
-            for c in seen["charts"]:
-                if not c["drawn"]:
-                    failures.append(f"{where}: chart {c['id']} not drawn")
-                elif c["left"] < left - 1 or c["right"] > right + 1:
-                    failures.append(f"{where}: chart {c['id']} spans {c['left']:.0f}–"
-                                    f"{c['right']:.0f} px, outside the column {left:.0f}–{right:.0f}")
-            if seen["notes"]:
-                failures.append(f"{where}: working notes {seen['notes']}")
-            bad = [c for c in seen["cells"] if any(p.search(c) for p in _ARTEFACTS)]
-            if bad or seen["rawPandas"] or seen["blankHeads"]:
-                failures.append(f"{where}: pandas artefacts {bad[:5]}, {seen['rawPandas']} raw "
-                                f"DataFrame tables, {seen['blankHeads']} unnamed header cells")
-            keys = [label for label in seen["citeLabels"] if not _AUTHOR_YEAR.fullmatch(label)]
-            if keys:
-                failures.append(f"{where}: bibliography labels that are not author–year {keys[:5]}")
-            if width == 1280 and (seen["codeLines"] > MAX_VISIBLE_CODE_LINES or seen["codeChecks"]):
-                failures.append(f"{rel}: {seen['codeLines']} lines of unfolded code (at most "
-                                f"{MAX_VISIBLE_CODE_LINES}), {seen['codeChecks']} unfolded cells "
-                                f"with glue( or assert")
-            if rel == "chapters/01_per_token_kv.html" and (
-                    len(seen["charts"]) < 2 or seen["mathRendered"] < 2):
-                failures.append(f"{where}: chapter 1 lost its charts or its formulas")
+    for reading in page_readings:
+        rel, width, problems, seen = (reading[k] for k in ("page", "width", "problems", "seen"))
+        where = f"{rel} at {width} px"
+        if problems or seen["chartErrors"]:
+            failures.append(f"{where}: {problems + seen['chartErrors']}")
+        if seen["scrollWidth"] > seen["clientWidth"]:
+            failures.append(f"{where}: scrolls sideways ({seen['scrollWidth']} px in "
+                            f"{seen['clientWidth']})")
+        left, right = seen["col"]
+        for c in seen["charts"]:
+            if not c["drawn"]:
+                failures.append(f"{where}: chart {c['id']} not drawn")
+            elif c["left"] < left - 1 or c["right"] > right + 1:
+                failures.append(f"{where}: chart {c['id']} spans {c['left']:.0f}–"
+                                f"{c['right']:.0f} px, outside the column {left:.0f}–{right:.0f}")
+        if seen["notes"]:
+            failures.append(f"{where}: working notes {seen['notes']}")
+        bad = [c for c in seen["cells"] if any(p.search(c) for p in _ARTEFACTS)]
+        if bad or seen["rawPandas"] or seen["blankHeads"]:
+            failures.append(f"{where}: pandas artefacts {bad[:5]}, {seen['rawPandas']} raw "
+                            f"DataFrame tables, {seen['blankHeads']} unnamed header cells")
+        keys = [label for label in seen["citeLabels"] if not _AUTHOR_YEAR.fullmatch(label)]
+        if keys:
+            failures.append(f"{where}: bibliography labels that are not author–year {keys[:5]}")
+        if width == 1280 and (seen["codeLines"] > MAX_VISIBLE_CODE_LINES or seen["codeChecks"]):
+            failures.append(f"{rel}: {seen['codeLines']} lines of unfolded code (at most "
+                            f"{MAX_VISIBLE_CODE_LINES}), {seen['codeChecks']} unfolded cells "
+                            f"with glue( or assert")
+        if rel == "chapters/01_per_token_kv.html" and (
+                len(seen["charts"]) < 2 or seen["mathRendered"] < 2):
+            failures.append(f"{where}: chapter 1 lost its charts or its formulas")
     assert not failures, "\n".join(failures)
 
 
@@ -234,7 +138,7 @@ def _wiggle(page, chart) -> list[str]:
 
 def test_every_widget_changes_its_chart(built_book, server, reader):
     seen = 0
-    with_widgets = [rel for rel in _pages(built_book)  # a spec with bound params
+    with_widgets = [rel for rel in pages(built_book)  # a spec with bound params
                     if '"bind":{' in (built_book / rel).read_text(encoding="utf-8")]
     for rel in with_widgets:
         page = reader.open(f"{server}/{rel}")

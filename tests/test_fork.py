@@ -152,7 +152,7 @@ def test_unset_brings_the_published_data_back(clone):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _started_reruns(tmp_path_factory, executed_book) -> dict[str, Started | Path]:
+def _started_reruns(tmp_path_factory) -> dict[str, Started | Path]:
     """The page's long runs, started in the background when this module's first test runs, in
     two scratch repositories of their own: chapter 4 and the landing page rerun for the
     reader's model ("repo": step 0 and step 2's registration run there first), and chapter 1

@@ -84,3 +84,19 @@ def test_the_build_refuses_a_notebook_holding_an_error(tmp_path):
             "(cell 1: AssertionError: boom)") in log, log[-3000:]
     assert not (book / "_build" / "html" / "chapters" / "04_cost.html").exists()
 
+
+
+def test_printed_text_is_one_output_however_the_kernel_flushed_it():
+    """A run of stdout messages becomes one output (the split falls where the kernel happened
+    to flush: the cause of one chapter 4 execution differing from the next); stderr between
+    them, and a display, stay where they are."""
+    out = nbformat.v4.new_output
+    cell = nbformat.v4.new_code_cell(outputs=[
+        out("stream", name="stdout", text="6.63 ms → 151 tokens/s"), out("stream", name="stdout",
+                                                                          text="\n"),
+        out("stream", name="stderr", text="warning\n"), out("stream", name="stdout", text="a"),
+        out("display_data", data={"text/plain": "x"}), out("stream", name="stdout", text="b")])
+    nb = pipeline.strip_volatile(nbformat.v4.new_notebook(cells=[cell]))
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in nb.cells[0].outputs] == [
+        ("stream", "stdout", "6.63 ms → 151 tokens/s\n"), ("stream", "stderr", "warning\n"),
+        ("stream", "stdout", "a"), ("display_data", None, None), ("stream", "stdout", "b")]
