@@ -612,3 +612,18 @@ def test_calculator_data_carries_the_speculative_cases(grid):
     assert figures[4] == pytest.approx(case["spec_output_cost"], rel=1e-3)
     fp8 = [v for k, v in spec["cases"].items() if k.split("|")[2] == "1"]  # the fp8 checkpoint
     assert fp8 and all(len(v) == 1 and "published" in data["texts"][v[0]] for v in fp8)
+
+
+def test_targets_at_capacity_counts_targets_met_with_the_queue_full():
+    """Three targets of one case: two hold up to the saturated 1.16 requests/s (the search
+    returned it), one binds below it at 0.8; rows of two cases are refused."""
+    case = dict.fromkeys(answer.SLO_CASE_KEYS, "x")
+    rows = pd.DataFrame([{**case, "bound": b, "target": t, "rate_rps": r, "saturated_rps": 1.16}
+                         for b, t, r in (("ttft", 2.0, 1.16), ("ttft", 0.5, 0.8),
+                                         ("speed", 20.0, 1.16))])
+    assert answer.targets_at_capacity(rows) == (2, 3, 1.16)
+    other = rows.assign(gpu="y")
+    with pytest.raises(ValueError, match="one case's rows, got 2 cases"):
+        answer.targets_at_capacity(pd.concat([rows, other]))
+    with pytest.raises(ValueError, match="got 0 cases"):
+        answer.targets_at_capacity(rows.iloc[:0])

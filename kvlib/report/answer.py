@@ -1116,6 +1116,20 @@ def slo_grid(cases: pd.DataFrame, *, ttfts_s: Sequence[float] = SLO_TTFTS_S,
                                        "concurrency", "n_requests", "tolerance"])
 
 
+def targets_at_capacity(case_slo: pd.DataFrame) -> tuple[int, int, float]:
+    """For one case's ``slo_grid`` rows: how many of its targets hold up to the replica's
+    saturated rate (met with its queue full: capacity binds, not latency, and a stricter target
+    costs nothing more), how many targets there are, and that saturated rate (requests/s).
+    ValueError for rows of more than one case, or none."""
+    saturated = case_slo["saturated_rps"].unique()
+    if len(case_slo) == 0 or len(case_slo.drop_duplicates(list(SLO_CASE_KEYS))) != 1:
+        raise ValueError(f"targets_at_capacity takes one case's rows, got "
+                         f"{len(case_slo.drop_duplicates(list(SLO_CASE_KEYS)))} cases")
+    rate = float(saturated[0])
+    capped = case_slo["rate_rps"] >= rate * (1 - 1e-12)
+    return int(capped.sum()), len(case_slo), rate
+
+
 def at_target(slo: pd.DataFrame, *, ttft_s: float, speed: float, peak_rps: float,
               prices: Mapping[str, float], duty_cycle: float = 1.0) -> pd.DataFrame:
     """Each case of ``slo`` (``slo_grid``) sized for a latency target — p99 TTFT within
