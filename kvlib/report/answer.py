@@ -1121,11 +1121,10 @@ def targets_at_capacity(case_slo: pd.DataFrame) -> tuple[int, int, float]:
     saturated rate (met with its queue full: capacity binds, not latency, and a stricter target
     costs nothing more), how many targets there are, and that saturated rate (requests/s).
     ValueError for rows of more than one case, or none."""
-    saturated = case_slo["saturated_rps"].unique()
-    if len(case_slo) == 0 or len(case_slo.drop_duplicates(list(SLO_CASE_KEYS))) != 1:
-        raise ValueError(f"targets_at_capacity takes one case's rows, got "
-                         f"{len(case_slo.drop_duplicates(list(SLO_CASE_KEYS)))} cases")
-    rate = float(saturated[0])
+    cases = len(case_slo.drop_duplicates(list(SLO_CASE_KEYS)))
+    if cases != 1:
+        raise ValueError(f"targets_at_capacity takes one case's rows, got {cases} cases")
+    rate = float(case_slo["saturated_rps"].iloc[0])
     capped = case_slo["rate_rps"] >= rate * (1 - 1e-12)
     return int(capped.sum()), len(case_slo), rate
 
