@@ -13,7 +13,9 @@ interrupted or failed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,7 +46,8 @@ class _Runs:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 (closed in ended)
         self.running[name] = (subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
-                                               stderr=subprocess.STDOUT), log)
+                                               stderr=subprocess.STDOUT,
+                                               start_new_session=True), log)
 
     def status(self, name: str, rc: int, note: str = "") -> None:
         if note:
@@ -63,8 +66,9 @@ class _Runs:
         return done
 
     def stop(self) -> None:
-        for process, log in self.running.values():
-            process.kill()
+        for process, log in self.running.values():  # each run with what it started
+            with contextlib.suppress(ProcessLookupError):  # (pipeline.py's workers, kernels)
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             log.close()
 

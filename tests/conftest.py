@@ -60,6 +60,7 @@ SECOND_HASH_SEED = "2026"
 _NEEDED = pytest.StashKey[set]()
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m deselect: only the tests that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that read the executed or built book, or wait for a background run, run after the
     others, and those that wait for the second execution last, so that the runs overlap every
