@@ -46,9 +46,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.longrepr = f"skipped under make test, where nothing may be: {reason}"
 
 
-#: What runs in the background, by the fixture that waits for it.
-_BACKGROUND = ("executed_book", "built_book", "second_execution", "golden_sample",
-               "page_readings")
+#: What runs in the background, by the fixture that waits for it, with the order in which the
+#: runs end (the golden sample first, the reading of the built pages last): a test runs after
+#: the others, once the last run it waits for should have ended (``reruns``: the fork page's).
+_READY = {"golden_sample": 1, "executed_book": 2, "reruns": 2, "second_execution": 3,
+          "built_book": 3, "page_readings": 4}
+_BACKGROUND = tuple(name for name in _READY if name != "reruns")
 #: Chapters executed a second time, in fresh kernels with another string-hash seed, for the
 #: determinism test: the two quickest, which between them go through every step of the
 #: pipeline (parameters, glue, charts, tables, stream output). The numbers every chapter
@@ -63,14 +66,11 @@ _NEEDED = pytest.StashKey[set]()
 @pytest.hookimpl(trylast=True)  # after -k and -m deselect: only the tests that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that read the executed or built book, or wait for a background run, run after the
-    others, and those that wait for the second execution last, so that the runs overlap every
-    other test instead of holding the session up. Records which background runs the selected
-    tests need: a session that needs none starts none."""
+    others, in the order their runs end (``_READY``), so that the runs overlap every other test
+    instead of holding the session up. Records which background runs the selected tests need:
+    a session that needs none starts none."""
     def order(item: pytest.Item) -> int:
-        names = set(getattr(item, "fixturenames", ()))
-        if "second_execution" in names:
-            return 2
-        return 1 if names & {*_BACKGROUND, "reruns"} else 0
+        return max((_READY.get(name, 0) for name in getattr(item, "fixturenames", ())), default=0)
 
     items.sort(key=order)
     config.stash[_NEEDED] = {name for item in items
