@@ -45,7 +45,9 @@ html: install
 
 book: execute html
 
-test: install browser
+# The packages and Chromium install side by side (both mostly wait on downloads), then the tests.
+test:
+	$(MAKE) -j2 install browser
 	$(VENV)/bin/ruff check kvlib tests book
 	KVLIB_NO_SKIPS=1 $(PY) -m pytest -q
 
