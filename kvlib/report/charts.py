@@ -27,7 +27,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from .tables import table, use_for_dataframes  # chapters call charts.table
+from .tables import number_text, table, use_for_dataframes  # chapters call charts.table
 
 __all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "error_bars", "grouped_bars", "heatmap",
            "kind_colour", "lines", "lines_with_marks", "priced_lines", "responsive",
@@ -444,7 +444,8 @@ def error_bars(df: pd.DataFrame, error: str, label: str, color: str, title: str,
     if missing:
         raise KeyError(f"columns not in the frame: {missing}")
     data = df.assign(_shown=df[error].clip(-limit, limit),
-                     _note=[f"{v:+.0f} %" if abs(v) > limit else "" for v in df[error]])
+                     _note=[f"{number_text(v, '{:+.0f}')} %" if abs(v) > limit else ""
+                            for v in df[error]])
     base = alt.Chart(data).encode(y=alt.Y(
         f"{label}:N", sort=alt.EncodingSortField(error, op="max", order="descending"), title=None,
         axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})))
