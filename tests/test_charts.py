@@ -195,3 +195,27 @@ def test_with_targets_draws_one_labelled_rule_per_target_on_the_charts_y():
     assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "label"
     rows = spec["datasets"][rule["data"]["name"]]
     assert [(r["seconds"], r["label"]) for r in rows] == [(2.0, "TTFT target"), (0.05, "TPOT target")]
+
+
+def test_a_rule_label_sits_on_the_side_of_its_rule_with_room():
+    """On a log axis from 1 to 1,024, a rule at 512 (past the middle, 2^5 = 32) is labelled
+    on its left, one at 2 on its right: a label never runs off a phone's narrow plot."""
+    df = pd.DataFrame({"batch": [1, 1024], "tps": [10.0, 100.0], "s": ["a", "a"]})
+    marks = pd.DataFrame({"batch": [2, 512], "s": ["a", "a"], "label": ["low", "high"]})
+    spec = charts.lines_with_marks(df, "batch", "tps", "s", "batch", "tokens/s", marks=marks,
+                                   log_x=True).to_dict()
+    texts = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    sides = {spec["datasets"][t["data"]["name"]][0]["label"]: (t["mark"]["align"], t["mark"]["dx"])
+             for t in texts}
+    assert sides == {"low": ("left", 3), "high": ("right", -3)}
+
+
+def test_heatmap_tilts_long_names_on_a_phone_only():
+    df = pd.DataFrame({"family": ["MLA-MoE", "dense GQA"], "gpu": ["H100", "H100"],
+                       "v": [1.0, 2.0]})
+    spec = charts.heatmap(df, "family", "gpu", "v", "family", "GPU", "v").to_dict()
+    angle = spec["layer"][0]["encoding"]["x"]["axis"]["labelAngle"]
+    assert angle == {"expr": f"{charts.ON_PHONE} ? -45 : 0"}
+    short = charts.heatmap(df.assign(family=["16", "32"]), "family", "gpu", "v", "b", "GPU",
+                           "v").to_dict()
+    assert short["layer"][0]["encoding"]["x"]["axis"]["labelAngle"] == 0

@@ -204,7 +204,7 @@ def grouped_bars(df: pd.DataFrame, value: str, label: str, group: str, title: st
         x=alt.X(f"{value}:Q", title=title, stack=None,
                 axis=alt.Axis(titleAnchor="end", titleAlign="right")),
         y=alt.Y(f"{label}:N", sort=list(dict.fromkeys(df[label])), title=None,
-                axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 130 : 230"})),
+                axis=alt.Axis(labelLimit={"expr": f"{ON_PHONE} ? 170 : 230"})),
         yOffset=alt.YOffset(f"{group}:N", sort=groups),
         color=_colour(group, df[group], sort=groups),
         tooltip=[label, group, alt.Tooltip(f"{value}:Q", format=",.1f")],
@@ -286,16 +286,20 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
             x_label_angle: int = 0,
             tooltip: Sequence[str] = ()) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
-    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side); ``tooltip``:
+    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side; names longer
+    than six characters are tilted on a phone anyway); ``tooltip``:
     more columns shown on hover.
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
     """
+    # names side by side overlap in a phone's narrow cells: tilted there
+    angle = ({"expr": f"{ON_PHONE} ? -45 : 0"} if x_label_angle == 0
+             and df[x].astype(str).str.len().max() > 6 else x_label_angle)
     scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
     base = alt.Chart().encode(
-        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=x_label_angle)),
+        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=angle)),
         y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
     rect = base.mark_rect().encode(
         color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
@@ -348,11 +352,29 @@ def lines_with_marks(df: pd.DataFrame, x: str, y: str, series: str, x_title: str
     else:
         layers.append(base.mark_point(size=30, filled=True))
     if marks is not None and len(marks):
-        rules = alt.Chart(marks).encode(x=f"{x}:Q", color=alt.Color(f"{series}:N"))
-        layers.append(rules.mark_rule(strokeDash=[4, 3]))
-        layers.append(rules.mark_text(align="left", dx=3, dy=-6, angle=0, fontSize=10).encode(
-            text=f"{mark_label}:N", y=alt.value(8)))
+        layers.append(alt.Chart(marks).encode(x=f"{x}:Q", color=alt.Color(f"{series}:N"))
+                      .mark_rule(strokeDash=[4, 3]))
+        # a label beside its rule, on the side with room: right of a rule in the left half of
+        # the axis, left of one in the right half (else a phone's narrow plot cuts it off)
+        right = _in_right_half(marks[x], df[x], log_x)
+        for side, rows in (("left", marks[~right]), ("right", marks[right])):
+            if len(rows):
+                layers.append(alt.Chart(rows).encode(
+                    x=f"{x}:Q", color=alt.Color(f"{series}:N")).mark_text(
+                    align=side, dx=3 if side == "left" else -3, dy=-6, angle=0,
+                    fontSize=10).encode(text=f"{mark_label}:N", y=alt.value(8)))
     return alt.layer(*layers)
+
+
+def _in_right_half(values: pd.Series, axis: pd.Series, log: bool) -> pd.Series:
+    """Whether each of ``values`` lies past the middle of the axis that ``axis`` spans (in
+    log space on a log axis)."""
+    lo, hi = float(axis.min()), float(axis.max())
+    if hi <= lo:
+        return pd.Series(False, index=values.index)
+    if log:
+        return values.map(lambda v: math.log(max(v, lo) / lo) / math.log(hi / lo) > 0.5)
+    return (values - lo) / (hi - lo) > 0.5
 
 
 def priced_lines(df: pd.DataFrame, x: str, rate: str, units: str, series: str, select: str,
