@@ -5,6 +5,7 @@ working notes or pandas artefacts, and every widget changes its chart. Every pag
 use one browser, one page."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,6 +199,16 @@ def test_what_to_buy_shows_its_deciding_column_on_a_phone(built_book, server, re
     assert not hidden, f"{len(hidden)} cells of {deciding!r} lie outside the table's box at 390 px"
 
 
+def _requests_tile_says_how_many_run(calc, row) -> None:
+    """The requests tile gives what the KV pool holds and, where fewer run at once (the
+    engine's running cap or its step budget), how many do."""
+    tile = calc.locator("[data-kc=requests]")
+    assert tile.locator(".kc-label").inner_text() == "requests the KV pool holds"
+    fewer = row["batch"] < math.floor(row["max_concurrency"])
+    assert tile.locator(".kc-range").all_inner_texts() == (
+        [f"{int(row['batch']):,} run at once, as the engine is started"] if fewer else [])
+
+
 def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, server, reader,
                                                                      executed_book):
     """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
@@ -218,6 +229,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
                 "output": row["output_cost"] * price, "input": row["input_cost"] * price}
     for key, value in expected.items():  # three significant digits on the page
         assert shown[key] == pytest.approx(value, rel=6e-3), (key, shown[key], value)
+    _requests_tile_says_how_many_run(calc, row)
     offer = answer.market_prices().set_index(["gpu", "kind"]).loc[("h100-sxm", "on-demand")]
     assert offer["basis"] in _card_text(calc)  # "the median of 10 dated on-demand offers ($2.99–…)"
     # the speed tiles carry the held-out band under the model's figure, TTFT its caveat
@@ -238,6 +250,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     _pick(calc, "engine", "SGLang")
     assert calc.locator("select[name=utilization]").is_disabled()
     assert _tiles(calc)["requests"] == pytest.approx(sgl["max_concurrency"], rel=6e-3)
+    _requests_tile_says_how_many_run(calc, sgl)
     assert calc.locator(".kc-launch-command").inner_text() == sgl["launch"]
     assert "not priced: kvlib sizes a draft's KV" in calc.locator(".kc-spec").inner_text()
     _pick(calc, "gpu", "AMD Instinct MI300X")

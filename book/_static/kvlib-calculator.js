@@ -205,13 +205,13 @@
 
     // A tile: the model's figure, and under it the range the held-out error band gives
     // (flagged when the whole band lies on one side of the figure).
-    function tile(parent, key, value, label, range, side) {
+    function tile(parent, key, value, label, range, side, plain) {
       var t = el("div", { "class": "kc-tile" + (side ? " kc-" + side : ""), "data-kc": key });
       t.appendChild(el("span", { "class": "kc-value" }, value));
       t.appendChild(el("span", { "class": "kc-label" }, label));
-      if (range) {
+      if (range) {  // an error band, or (plain) a note in words
         t.appendChild(el("span", { "class": "kc-range" },
-                         (side ? side + "; band " : "error band ") + range));
+                         plain ? range : (side ? side + "; band " : "error band ") + range));
       }
       parent.appendChild(t);
     }
@@ -271,9 +271,15 @@
       var tiles = el("div", { "class": "kc-tiles" });
       card.appendChild(tiles);
       tile(tiles, "gpus", count(n), n > 1 ? "GPUs (tensor parallel)" : "GPU");
+      // what the pool holds, and, where fewer run at once (the engine's cap on running requests
+      // or its step's token budget: SGLang runs a hybrid's requests on a third of its state
+      // slots), how many do
+      var held = Math.floor(v("max_concurrency"));
       tile(tiles, "requests", v("max_concurrency") < 100 ? v("max_concurrency").toFixed(1)
-                                                          : count(Math.floor(v("max_concurrency"))),
-           "concurrent requests");
+                                                          : count(held),
+           "requests the KV pool holds",
+           v("batch") < held ? count(v("batch")) + " run at once, as the engine is started" : "",
+           "", true);
       tile(tiles, "tps", sig3(v("tokens_per_s")), "output tokens/s in all",
            sig3(v("tokens_per_s_low")) + "–" + sig3(v("tokens_per_s_high")), side);
       tile(tiles, "user", sig3(v("per_user_tokens_per_s")), "tokens/s per user",
