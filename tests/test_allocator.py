@@ -505,7 +505,7 @@ def test_poisson_arrivals():
     arr = poisson_arrivals(100_000, 2.0, seed=0)
     assert np.array_equal(arr, poisson_arrivals(100_000, 2.0, seed=0))
     assert (np.diff(arr) >= 0).all()
-    # 100,000 arrivals at 2 per step span ≈ 50,000 steps (±1 %).
+    # 100,000 arrivals at 2 per step span ≈ 50,000 steps (±1%).
     assert math.isclose(arr[-1], 50_000, rel_tol=0.01)
 
 

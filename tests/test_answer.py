@@ -158,7 +158,7 @@ def test_a_case_that_does_not_fit_says_why_and_what_would(grid):
     # 405,853,388,800 bf16 parameters ÷ 8 GPUs = 94.5 GiB each, over 0.9 × 79.22 GiB = 71.3 GiB
     assert big["limit"] == "weights" and math.isnan(big["tokens_per_s"])
     assert big["why_not"] == ("the weights alone, 94.5 GiB per GPU on 8 GPUs, exceed the 71.3 GiB "
-                              "vLLM may use at gpu_memory_utilization 0.9")
+                              "vLLM may use at --gpu-memory-utilization 0.9")
     assert big["would_fit"] == "would fit with fp8 weights (8 GPUs) or int4 weights (4 GPUs)"
     fp8 = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "fp8")
                & (grid["gpu"] == "a100-80gb")].iloc[0]
@@ -170,7 +170,7 @@ def test_the_kv_cache_limit_is_named():
     # Llama-3.1-8B on one L4 at 131,072 tokens: the weights fit, one request's KV does not
     p = serving_point("llama-3.1-8b", "l4", input_tokens=1024, output_tokens=1024,
                       max_model_len=131072, tp_degrees=(1,))
-    assert p.limit == "kv" and "holds less than one request of max_model_len 131,072" in p.why_not()
+    assert p.limit == "kv" and "holds less than one request of --max-model-len 131,072" in p.why_not()
     assert p.request_kv_bytes == 131072 * 131072  # 128 KiB per token, whole 16-token blocks
 
 
@@ -228,7 +228,7 @@ def test_band_side_and_the_measured_batch_limit():
     assert calibrate.case_band(*mi300x, 16).low < error_band(8, 16).low
     # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 611 requests in flight, past 512, so
     # the grid gives it the case's band at 512: the 17 held-out points of dense models on vLLM
-    # on AMD GPUs (TP 1 and batch 129–512 have too few), 10th–90th percentile −34 % … +5 %;
+    # on AMD GPUs (TP 1 and batch 129–512 have too few), 10th–90th percentile −34% … +5%;
     # the TP 1 × batch 129–512 band of every model lay wholly below the figure
     row = answer.answer_grid(["llama-3.1-8b"], ["mi300x"], lengths=[8192],
                              requests=[(1024, 1024)]).query("weights == 'bf16'").iloc[0]
@@ -512,6 +512,45 @@ def test_a_case_no_group_of_eight_holds_is_placed_on_two_nodes():
     assert data["texts"][launch] == r.launch and cost == pytest.approx(r.output_cost, rel=1e-3)
 
 
+def test_an_mla_mixture_of_experts_is_also_placed_as_eight_data_parallel_ranks():
+    from kvlib.speed.parallel import parallel_decode
+    grid = answer.answer_grid(["deepseek-v3", "llama-3.1-8b"], ["h200"], lengths=[8192],
+                              requests=[(7168, 1024)])
+    assert answer.uses_dp_attention("deepseek-v3") and not answer.uses_dp_attention("llama-3.1-8b")
+    assert not answer.uses_dp_attention("gpt-oss-120b")  # experts, but GQA attention
+    dp = answer.dp_attention(grid)
+    assert set(dp["model"]) == {"deepseek-v3"}
+    (r,) = dp[(dp["weights"] == "fp8") & (dp["max_model_len"] == 8192)].itertuples()
+    d = kvlib.Deployment("deepseek-v3", "h200", tp=1, dp=8, ep=8, weights="fp8",
+                         gpu_memory_utilization=0.9, max_model_len=8192)
+    pool = kvlib.engines.capacity.pool_arithmetic(d)
+    # the batch is one rank's (its pool's requests, at most max_num_seqs); the requests held
+    # are all eight pools'
+    batch = min(int(pool.max_concurrency(8192)), d.resolved().max_num_seqs)
+    assert (r.n_gpus, r.batch, r.max_concurrency) == (8, batch, pool.deployment_concurrency(8192))
+    assert r.decode_tokens_per_s == parallel_decode(d.resolved(), batch=batch,
+                                                    context_tokens=7168 + 512).tokens_per_s
+    assert r.output_cost == pytest.approx(8 / (3600 * r.decode_tokens_per_s) * 1e6)  # $1/GPU-h
+    assert "--tensor-parallel-size 1 --data-parallel-size 8 --enable-expert-parallel" in r.launch
+    # MLA's latent cache is whole on each GPU of a group of eight: eight ranks hold far more
+    (tp8,) = grid[(grid["model"] == "deepseek-v3") & (grid["weights"] == "fp8")
+                  & (grid["max_model_len"] == 8192) & (grid["n_gpus"] == 8)].itertuples()
+    assert r.max_concurrency > 4 * tp8.max_concurrency
+    data = answer.calculator_data(grid, answer.prefix_input_costs(grid),
+                                  models=["deepseek-v3", "llama-3.1-8b"], default={},
+                                  ttft=pd.DataFrame({"batch_range": [], "n": [], "median": [],
+                                                     "low": [], "high": []}),
+                                  data_parallel=dp, data_parallel_error={"n": 4, "median": -0.7})
+    cases = data["data_parallel"]["cases"]
+    assert len(cases) == len(dp) and data["data_parallel"]["error"] == {"n": 4, "median": -0.7}
+    weights = [c.label for c in answer.weight_choices("deepseek-v3")]
+    key = "|".join(map(str, (0, 0, weights.index("fp8"), data["kv_dtypes"].index("bf16"), 0, 0,
+                             8192, 0, 0)))
+    words, cost, launch = cases[key]
+    assert data["texts"][words].startswith("With data-parallel attention and expert parallelism")
+    assert data["texts"][launch] == r.launch and cost == pytest.approx(r.output_cost, rel=1e-3)
+
+
 def test_speculation_uses_only_a_measured_chain_of_the_same_model():
     from kvlib.fit.speculative import measured_speculation
     llama = measured_speculation("llama-3.1-8b")
@@ -525,7 +564,7 @@ def test_speculation_uses_only_a_measured_chain_of_the_same_model():
     assert llama.speculative.model == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
     assert llama.stated == "mean acceptance length 3.08" and (llama.speedup, llama.batch) == (
         1.746, 1)  # 7.07 ms ÷ 4.05 ms TPOT
-    # DeepSeek-V3: its report's MTP, k = 1, the low end of 85–90 %: τ = 1.85
+    # DeepSeek-V3: its report's MTP, k = 1, the low end of 85–90%: τ = 1.85
     ds = measured_speculation("deepseek-v3")
     assert (ds.id, ds.speculative.method, ds.speculative.acceptance) == ("sp01", "mtp", 0.85)
     assert ds.stated == "acceptance rate 0.85–0.9" and ds.speculative.model is None

@@ -270,13 +270,13 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
                       ("slo_gpus", "l_gpus"), ("slo_hour", "l_hour"), ("slo_output", "l_cost")):
         assert shown[key] == pytest.approx(float(glued[name]), rel=6e-3), (key, shown[key])
     assert "TTFT is a floor" in calc.locator(".kc-slo-error").inner_text()
-    _pick(calc, "duty", "25 %")
+    _pick(calc, "duty", "25%")
     assert _tiles(calc)["slo_output"] == pytest.approx(4 * shown["slo_output"], rel=6e-3)
     assert calc.locator(".kc-frontier circle").count() == 4  # 1, 2, 4 and 8 H100s
     _pick(calc, "n_gpus", "4")
     assert _tiles(calc)["gpus"] == 4 and "were simulated for fewer cases" in _card_text(calc)
     _pick(calc, "n_gpus", "1")
-    _pick(calc, "duty", "100 %")
+    _pick(calc, "duty", "100%")
 
     # the price follows the GPU (L4: the median of its two dated offers, $0.75) and the kind
     _pick(calc, "gpu", "NVIDIA L4")
@@ -326,6 +326,17 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     text = _card_text(calc)
     assert "Does not fit (weights)" in text and not calc.locator(".kc-launch-command").count()
     _pick(calc, "gpu", "NVIDIA H100 SXM5")
+    assert not calc.locator(".kc-dp").count(), "data-parallel ranks only for an MLA MoE"
+    # DeepSeek-V3 (MLA, experts) on eight H200s: also as eight data-parallel ranks, with the
+    # requests the calculator data holds for that case, the speed flagged, and the command
+    _pick(calc, "model", "DeepSeek-V3")
+    _pick(calc, "weights", "fp8")
+    _pick(calc, "gpu", "NVIDIA H200")
+    _pick(calc, "prompt", "7,168")
+    dp_line = calc.locator(".kc-dp").inner_text()
+    assert "eight ranks of one GPU" in dp_line and "Read the speed as a ceiling" in dp_line
+    assert ("--data-parallel-size 8 --enable-expert-parallel"
+            in calc.locator(".kc-dp-command").inner_text())
     assert not reader.problems
 
     # the downloads: files next to the book, with the expected header

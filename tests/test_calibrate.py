@@ -169,7 +169,7 @@ def test_validation_errors_are_relative_to_the_measurement(results):
 def test_error_summary_by_hand():
     df = pd.DataFrame({"error": [0.1, -0.2, 0.5, -0.05], "tp": [1, 1, 2, 2]})
     s = calibrate.error_summary(df)
-    # |errors| 0.05, 0.1, 0.2, 0.5 → median 0.15; one of four beyond 40 %
+    # |errors| 0.05, 0.1, 0.2, 0.5 → median 0.15; one of four beyond 40%
     assert s.loc[0, "median_abs_error"] == pytest.approx(0.15)
     assert s.loc[0, "beyond_40"] == 0.25 and s.loc[0, "worst_abs_error"] == 0.5
     by = calibrate.error_summary(df, ["tp"]).set_index("group")
@@ -295,7 +295,7 @@ def test_generalization_summary_side_by_side():
 
 def test_case_band_says_when_it_has_no_measurements():
     # issue 22: DeepSeek-V3 on MI300X under vLLM: the data hold no vLLM-on-ROCm MLA run, so
-    # the band must not be the TP 8 band's "median 8 %"
+    # the band must not be the TP 8 band's "median 8%"
     band = calibrate.case_band("deepseek-v3", "mi300x", "vllm", 8, 16)
     assert band.measured == 0 and band.scope.startswith(calibrate.NO_MEASUREMENTS)
     assert band.basis == "leave-one-source-out" and band.n >= calibrate.MIN_BAND_POINTS
@@ -326,7 +326,7 @@ def test_case_band_from_held_out_points_like_the_case():
 
 
 def test_error_by_gpu_and_family_cells():
-    # one GPU × family with errors −0.5, 0.1, 0.2: median 0.1, one point beyond 40 %; another
+    # one GPU × family with errors −0.5, 0.1, 0.2: median 0.1, one point beyond 40%; another
     # family on the same GPU with one point
     res = pd.DataFrame({"model": ["llama-3.1-8b"] * 3 + ["deepseek-v3"],
                         "gpu": ["h100-sxm"] * 4, "error": [-0.5, 0.1, 0.2, 0.05]})

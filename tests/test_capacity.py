@@ -160,10 +160,10 @@ def test_calibration_table_errors():
     assert {"fit", "validate", "weights", "history"} <= set(cal["use"])
     fit = cal[cal["use"] == "fit"]
     assert fit["available_error_gib"].abs().max() < 1.3
-    # weights from the config match dense bf16 logs to 0.3 %
+    # weights from the config match dense bf16 logs to 0.3%
     dense = cal[cal["model"].isin(["llama-3-8b", "llama-3.1-8b"])]
     assert dense["weights_error"].abs().max() < 0.003
-    # KV tokens: Qwen3-235B-FP8 on 4×H100 within 5 %, Llama-2-7B (2023) within 3 %
+    # KV tokens: Qwen3-235B-FP8 on 4×H100 within 5%, Llama-2-7B (2023) within 3%
     assert abs(cal.loc["el09", "tokens_error"]) < 0.05
     assert abs(cal.loc["el29", "tokens_error"]) < 0.03
     scored = cal[cal["use"].isin(["fit", "validate"])]["tokens_error"].dropna().abs()

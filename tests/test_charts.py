@@ -151,13 +151,13 @@ def test_error_bars_clip_and_label_outliers():
     spec = charts.error_bars(df, "err", "row", "kind", "error (%)", limit=50).to_dict()
     data = list(spec["datasets"].values())[0]
     assert [r["_shown"] for r in data] == [5.0, 50.0]
-    assert [r["_note"] for r in data] == ["", "+320 %"]
+    assert [r["_note"] for r in data] == ["", "+320%"]
     with pytest.raises(KeyError):
         charts.error_bars(df, "nope", "row", "kind", "t")
 
 
 def test_priced_lines_draw_the_speed_band_as_an_area():
-    # 1 GPU at $2/h, 1,000 tokens/s: $0.5556 per 1M; band −20 % … +25 % on the rate gives
+    # 1 GPU at $2/h, 1,000 tokens/s: $0.5556 per 1M; band −20% … +25% on the rate gives
     # 0.5556 / 1.25 = $0.4444 … 0.5556 / 0.8 = $0.6944 (cheap end from the fast end)
     df = pd.DataFrame({"gpu": ["h100-sxm"] * 2, "context": ["8,192 tokens"] * 2, "batch": [1, 2],
                        "n_gpus": [1, 1], "tokens_per_s": [1000.0, 1800.0],

@@ -111,7 +111,7 @@ def test_fit_reports_speed_per_user_and_the_error_band():
     text = run("fit", "llama-3.1-8b", "h100-sxm").stdout
     assert "tok/s per user" in text
     assert "  median miss of 27 measurements like this: 13% (NVIDIA GPUs, vLLM, dense GQA, " \
-        "TP 1); 80 % within" in text
+        "TP 1); 80% within" in text
 
 
 def test_cost_and_slo_answer_for_every_engine():

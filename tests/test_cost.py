@@ -24,7 +24,7 @@ def test_blog_figure_is_off_by_ten():
 
 
 def test_tuning_example_cost_change():
-    # 1,564.304 → 2,474.2581 tok/s: +58.17 % throughput, −36.78 % cost per token
+    # 1,564.304 → 2,474.2581 tok/s: +58.17% throughput, −36.78% cost per token
     assert math.isclose(cost_change(1564.304, 2474.2581), -0.3678, abs_tol=1e-4)
 
 

@@ -123,7 +123,7 @@ def test_measurement_equals_the_committed_file():
 
 
 def test_error_cells_one_per_measurement():
-    # 2,000 B measured against 1,000 B: +100 %; equal bytes: 0 %
+    # 2,000 B measured against 1,000 B: +100%; equal bytes: 0%
     table = pd.DataFrame({"model": ["A", "B"], "n_tokens": [1, 300],
                           "transformers_bytes": [2000, 512], "kvlib_bytes": [1000, 512]})
     cells = crosscheck.error_cells(table)

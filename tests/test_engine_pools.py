@@ -297,11 +297,11 @@ def test_error_per_engine_against_the_logs():
     v = validation.engine_pool_validation().set_index(["id", "quantity"])
     # el10 (vllm#21348, Qwen3-235B-A22B-FP8, 4×H100, --mem-fraction-static 0.93): the cell
     # (4 KV heads / 4 · 256 · 94 layers · 2 B = 48,128 B) turns the logged 16.46 GiB into
-    # 367,224 tokens against 367,404 logged (−0.05 %: the log rounds to 0.01 GiB) …
+    # 367,224 tokens against 367,404 logged (−0.05%: the log rounds to 0.01 GiB) …
     layout = v.loc[("el10", "KV tokens from logged KV memory")]
     assert abs(layout["error"]) < 0.001
     # … and the whole pool, 0.93 · 79.22 − 55.11 GiB of computed fp8 weights = 18.57 GiB, is
-    # 12.8 % above the logged 16.46 GiB: 2.1 GiB that SGLang's F (free memory before the weights)
+    # 12.8% above the logged 16.46 GiB: 2.1 GiB that SGLang's F (free memory before the weights)
     # lacks against the CUDA total kvlib uses (CUDA context, NCCL buffers of TP 4), or weights
     # the fp8 count misses — the log shows neither
     full = v.loc[("el10", "KV tokens")]
@@ -315,7 +315,7 @@ def test_error_per_engine_against_the_logs():
     assert abs(v.loc[("el44", "KV tokens from logged KV memory"), "error"]) < 1e-5
     # … and the whole pool, 0.8 · (85,899,345,920 of datasheet memory − 9,081,200,640 of fp8
     # weights − 2,585,368,985 of activations (1.675 · 23,552 · 32,768 · 2) − 805,306,368
-    # non-torch) = 58,741,975,941 B → 896,331 tokens → 28,011 blocks = 896,352 tokens, is 4.19 %
+    # non-torch) = 58,741,975,941 B → 896,331 tokens → 28,011 blocks = 896,352 tokens, is 4.19%
     # above the log: reported, not fitted (the CUDA total of an H100 PCIe, which gpus.csv lacks,
     # is below the 80 GiB used, and the log prints no profiling peak to split the rest)
     trt = v.loc[("el44", "KV tokens")]
@@ -324,11 +324,11 @@ def test_error_per_engine_against_the_logs():
     assert errors.loc[("tensorrt-llm", "full"), "count"] == 2  # K+V memory and tokens of el44
     # el56 (SGLang's own clean-startup reference log, Qwen3-8B on one B200, April 2026 main, a
     # 0.5.x build, default fraction): the cell 36 · 8 · 128 · 2 · 2 B = 147,456 B turns the logged
-    # K + V 136.36 GiB into ⌊992,943.2⌋ = 992,943 tokens against 992,896 logged (+0.005 %) …
+    # K + V 136.36 GiB into ⌊992,943.2⌋ = 992,943 tokens against 992,896 logged (+0.005%) …
     assert abs(v.loc[("el56", "KV tokens from logged KV memory"), "error"]) < 1e-4
     # … and the pool, F = 178.35 GiB (the B200's CUDA total) − 15.28 GiB of logged weights −
     # F · (1 − 0.857, SGLang's default for the GPU at TP 1) = 137.57 GiB → 1,001,724 tokens, is
-    # 0.89 % above the log; the log's own F is 177.57 GiB (the CUDA context and torch.distributed
+    # 0.89% above the log; the log's own F is 177.57 GiB (the CUDA context and torch.distributed
     # take the rest), 0.78 · 0.857 = 0.67 GiB of the 1.21 GiB
     sg = v.loc[("el56", "KV tokens")]
     assert sg["predicted"] == 1_001_724 and sg["logged"] == 992_896

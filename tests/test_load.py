@@ -116,7 +116,7 @@ def test_measured_error_table_by_band() -> None:
 
     from kvlib.serve import measured
 
-    # two light points missing TPOT by +10 % and −30 %, one past saturation by +50 %
+    # two light points missing TPOT by +10% and −30%, one past saturation by +50%
     errors = pd.DataFrame({"band": ["light", "light", "past"], "not_replayed": ["", "", ""],
                            **{f"{s}_error": [0.1, -0.3, 0.5] for _, s, _ in measured.COMPARED}})
     table = measured.error_table(errors)

@@ -22,7 +22,7 @@ def test_time_weighted_lengths_known_answer():
 
 
 def test_reserve_max_closed_form_matches_the_simulator():
-    # 12 slots of 32 tokens... pool 100 → ⌊100/32⌋ = 3 slots, 4 tokens free (4 %).
+    # 12 slots of 32 tokens... pool 100 → ⌊100/32⌋ = 3 slots, 4 tokens free (4%).
     reqs = fixed(3000, 10, 5)
     shares = paging.reserve_max_shares(reqs, 100, 32)
     # held = 10 + 5/2 = 12.5, final 15: 3·12.5/100, 3·2.5/100, 3·17/100, 4/100.
@@ -35,8 +35,8 @@ def test_reserve_max_closed_form_matches_the_simulator():
 
 
 def test_reserve_max_matches_fig2_on_the_fitted_workload():
-    # Kwon et al. Fig. 2, Orca (Max): 20.4 % token states, 13.3 % reservation, 57.3 % internal,
-    # 8.9 % other: 7 slots of 2,048 in 15,728 leave 1,392 free = 8.85 %.
+    # Kwon et al. Fig. 2, Orca (Max): 20.4% token states, 13.3% reservation, 57.3% internal,
+    # 8.9% other: 7 slots of 2,048 in 15,728 leave 1,392 free = 8.85%.
     reqs = sharegpt(20_000, 0, output_sigma=0.88, max_output_tokens=2044)
     shares = paging.reserve_max_shares(reqs, POOL, 2048)
     assert math.isclose(shares["free"], 1392 / POOL)

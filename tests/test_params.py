@@ -14,7 +14,7 @@ from kvlib.core.units import GIB
 
 #: kvlib's count ÷ the publisher's figure − 1, per registry model (published_params in
 #: data/models/*.json; most are the nominal size in the model's name). Models without a
-#: published figure are left out. |error| must stay within 10 %; the largest are nominal names
+#: published figure are left out. |error| must stay within 10%; the largest are nominal names
 #: (Qwen2.5-7B has 7.62e9 parameters, Nemotron-3-Nano 31.6e9, Mistral-7B 7.24e9).
 PUBLISHED_ERROR = {
     "deepseek-67b": 0.0063, "deepseek-r1": 0.0000, "deepseek-v2": -0.0011, "deepseek-v3": 0.0000,

@@ -46,7 +46,7 @@ def test_rounded_value_holds_within_half_a_digit():
 def test_one_digit_off_is_rounding():
     # Qwen2.5-72B: 327,680 bytes = 327.68 KB, stated as 327 (truncated, not rounded)
     v = judge("327", 327_680, "KB")
-    assert v.verdict == "rounding" and "1 %" in v.reason
+    assert v.verdict == "rounding" and "1%" in v.reason
 
 
 def test_kib_written_as_kb_is_a_unit_slip():
@@ -73,7 +73,7 @@ def test_percent_claims_compare_fractions_times_100():
 
 
 def test_explicit_tolerance_widens_the_band():
-    # "60–80 % waste": 1 − 0.382 = 61.8 %, stated to the nearest 10 %
+    # "60–80% waste": 1 − 0.382 = 61.8%, stated to the nearest 10%
     assert judge("60", 0.618, "%").verdict == "wrong"
     assert judge("60", 0.618, "%", tolerance=5).verdict == "holds"
 
@@ -86,11 +86,11 @@ def test_reasons_say_how_a_claim_holds():
 
 
 def test_a_tolerance_is_named_not_passed_off_as_rounding():
-    # "~0" waste read as the blog's "under 4 %": 3.111 % is not 0 to the claim's digit, but
+    # "~0" waste read as the blog's "under 4%": 3.111% is not 0 to the claim's digit, but
     # within the row's ±4 points
     v = judge("0", 0.03111, "%", tolerance=4)
     assert v.verdict == "holds"
-    assert v.reason == "3.111 %, within ±4 points of the claim, its stated tolerance"
+    assert v.reason == "3.111%, within ±4 points of the claim, its stated tolerance"
 
 
 def test_alternative_reading_makes_a_unit_slip():
@@ -100,7 +100,7 @@ def test_alternative_reading_makes_a_unit_slip():
 
 
 def test_alternative_with_its_own_verdict():
-    # DeepSeek-V2 vs 67B: 82.2 % both in bf16, 93.3 % with V2's cache at 6 bits
+    # DeepSeek-V2 vs 67B: 82.2% both in bf16, 93.3% with V2's cache at 6 bits
     v = judge("93.3", 1 - 69_120 / 389_120, "%",
               alternatives={"with 6-bit KV": (1 - 69_120 * 6 / 16 / 389_120, "misleading")})
     assert v.verdict == "misleading" and "only with 6-bit KV" in v.reason
@@ -210,7 +210,7 @@ def test_book_quoted_claims_are_not_counted_as_holding(results):
     by_id = results.set_index("id")["verdict"]
     assert {"b05", "c09", "c10", "e02", "p05", "p06", "p07", "x28", "x29"} <= set(
         by_id.index[by_id == "quoted"])
-    assert by_id["c08"] == "holds"  # 3.1 % within the blog's own "under 4 %"
+    assert by_id["c08"] == "holds"  # 3.1% within the blog's own "under 4%"
 
 
 def test_per_gpu_factor_catches_a_total_stated_as_per_gpu():
@@ -350,11 +350,11 @@ def test_one_claim_one_verdict_one_recomputation(results):
     assert not set(merged) & set(by_id.index)
     for kept in merged.values():
         assert by_id.loc[kept, "verdict"] == by_id.loc[kept, "expected_verdict"]
-    # "60 % waste" is 100 % minus the simulated Orca (Oracle) token-state share (c02): one number
+    # "60% waste" is 100% minus the simulated Orca (Oracle) token-state share (c02): one number
     assert abs(by_id.loc["c06", "recomputed"] + by_id.loc["c02", "recomputed"] - 100) < 1e-9
     sixty = results[(results["claimed"] == 60) & (results["unit"] == "%")]
     assert sixty["id"].tolist() == ["c06"]
-    # DeepSeek-V2's 93.3 %: the paper's figure, which holds as deployed (b03, the abstract's
+    # DeepSeek-V2's 93.3%: the paper's figure, which holds as deployed (b03, the abstract's
     # sentence in its notes), and the article's credit of it to the latent alone (b04)
     assert results[results["claimed"] == 93.3]["id"].tolist() == ["b03", "b04"]
     assert "reduces the KV cache by 93.3%" in by_id.loc["b03", "notes"]
@@ -386,7 +386,7 @@ def test_hand_worked_book_claims(results):
     v = results.set_index("id")["verdict"]
     # x08: 2 × 5120 × 40 × 2 = 819,200 B per token = 800 KiB, written "800 KB"
     assert v["x08"] == "unit slip"
-    # x07: 13e9 × 2 B = 26e9 B of a 40 GiB (42.9e9 B) A100 is 60.5 %, not 65 %: 26/40 mixes units
+    # x07: 13e9 × 2 B = 26e9 B of a 40 GiB (42.9e9 B) A100 is 60.5%, not 65%: 26/40 mixes units
     assert v["x07"] == "unit slip"
     # x45: per GPU 23.08 − 13.9476 − 0.25 − 0.19 = 8.69 GiB; two GPUs 17.38, not 31.77
     assert v["x45"] == "unit slip"
@@ -394,7 +394,7 @@ def test_hand_worked_book_claims(results):
     # weights − 0.67 GiB activations − 0.75 GiB non-torch = 975 blocks of 16 tokens; 15,600 tokens
     # / 2,000 = 7.8 sessions of Llama-2-7B, not "3 to 4"
     assert v["x39"] == "wrong" and math.isclose(v_recomputed(results, "x39"), 7.8)
-    # e06: gpt-oss-20b all-FP8 853.0 vs sliding layers kept bf16 871.8 tok/s: −2.2 %, not "0 %"
+    # e06: gpt-oss-20b all-FP8 853.0 vs sliding layers kept bf16 871.8 tok/s: −2.2%, not "0%"
     assert v["e06"] == "misleading" and round(v_recomputed(results, "e06"), 1) == -2.2
 
 

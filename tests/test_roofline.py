@@ -200,7 +200,7 @@ def test_serving_steps_spread_other_requests_prompts_over_decode_steps():
     s = serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=1000, output_tokens=500,
                       efficiency=EFF)
     # 7 other requests each bring a 1,000-token prompt every 500 steps: 14 tokens per step,
-    # i.e. one whole prompt (chunk min(1,000, 8,192 − 8)) in 1.4 % of the steps
+    # i.e. one whole prompt (chunk min(1,000, 8,192 − 8)) in 1.4% of the steps
     assert s.prefill_tokens_per_step == pytest.approx(14)
     assert s.prefill_share == pytest.approx(0.014)
     assert s.decode.context_tokens == 1250 and s.mixed.prefill_tokens == 1000

@@ -2,7 +2,7 @@
 
 Both are fed the same requests, arrival times and pool, and the same step law (6 ms + 0.06 ms per
 scheduled token + 3 ns per context token: an 8B model on one H100, roughly), on a virtual clock.
-Issue 19 asks for p50/p90/p99 TTFT, TPOT and E2E within 5 % (or 2 ms) and throughput within 2 %;
+Issue 19 asks for p50/p90/p99 TTFT, TPOT and E2E within 5% (or 2 ms) and throughput within 2%;
 the simulator reproduces vLLM's schedule step for step, so the test also requires the same step
 and preemption counts. Workloads are small (60–300 requests) to keep the file near 30 s.
 """
@@ -39,7 +39,7 @@ def chat(n: int, rate: float, *, seed: int = 0, cv: float = 1.0,
 
 
 def assert_agrees(ours: ServingRun, theirs: ServingRun) -> None:
-    """Issue 19's tolerances: percentiles within 5 % or 2 ms, throughput within 2 %."""
+    """Issue 19's tolerances: percentiles within 5% or 2 ms, throughput within 2%."""
     for run in (ours, theirs):
         assert np.isfinite(run.ttft_s).all() and np.isfinite(run.e2e_s).all()
     for name in ("ttft_s", "tpot_s", "e2e_s"):

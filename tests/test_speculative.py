@@ -68,7 +68,7 @@ def test_pool_counts_the_draft_layer_and_weights():
 
 def test_speedup_near_tau_at_batch_one_and_shrinking_with_batch():
     one = speculative_step(LLAMA, 1, 512)
-    # batch 1: the 4-token verify step reads the same weights as a decode step (±2 %)
+    # batch 1: the 4-token verify step reads the same weights as a decode step (±2%)
     assert one.verify_s < 1.02 * one.decode_s
     assert 1.5 < one.speedup < one.tokens_per_step  # the drafts cost something
     big = speculative_step(LLAMA, 256, 512)
@@ -112,7 +112,7 @@ def test_check_against_published_speedups():
     c = speculative_check()
     # 14 chain-drafting points at batch 1 (vLLM issue #20780 and PR #16035), no GPU named
     assert len(c) == 14 and c.gpu_assumed.all() and (c.batch == 1).all()
-    # the model is optimistic: it leaves out per-pass draft overheads (median 19 %)
+    # the model is optimistic: it leaves out per-pass draft overheads (median 19%)
     assert 0.15 < c.error.abs().median() < 0.25 and (c.error > 0).all()
 
 

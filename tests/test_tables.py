@@ -88,7 +88,7 @@ def test_named_index_becomes_a_column_and_unnamed_needs_a_name():
     ("window_4096_gib", "window 4,096 (GiB)"), ("n_tokens", "tokens"),
     ("input_tokens", "input (tokens)"), ("scale_bytes", "scale (bytes)"),
     ("kv_bytes_per_token", "KV bytes per token"), ("median_abs_error", "median absolute error"),
-    ("max_model_len", "max_model_len"), ("stated (GiB)", "stated (GiB)"), ("model", "model"),
+    ("max_model_len", "--max-model-len"), ("block_size", "block size (tokens)"), ("stated (GiB)", "stated (GiB)"), ("model", "model"),
 ])
 def test_column_labels_in_words_with_units(name, label):
     assert tables.column_label(name) == label
@@ -109,7 +109,7 @@ def test_whole_numbers_print_as_integers_and_negatives_with_a_minus():
 def test_number_text_and_ranges():
     assert tables.number_text(1234567) == "1,234,567"
     assert tables.number_text(True) == "yes" and tables.number_text(None) == tables.MISSING
-    assert tables.number_text(-0.04, "{:+.1f} %") == "0.0 %"  # no "-0.0 %"
+    assert tables.number_text(-0.04, "{:+.1f}%") == "0.0%"  # no "-0.0%"
     assert tables.number_text(1.5e-5, "{:.3g}") == "0.000015"
     # 4.66 and 4.74 both read 4.7 at one decimal: one figure, not "4.7–4.7"
     assert tables.range_text(4.66, 4.74) == "4.7"

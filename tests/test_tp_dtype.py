@@ -55,7 +55,7 @@ def test_kv_bytes_per_gpu_with_windows():
 
 
 @pytest.mark.parametrize("slug,tp,match", [
-    ("llama-3.1-8b", 3, "32 query heads"),        # 32 % 3 ≠ 0 (vLLM: must be divisible)
+    ("llama-3.1-8b", 3, "32 query heads"),        # 32% 3 ≠ 0 (vLLM: must be divisible)
     ("falcon-7b", 2, "71 query heads"),           # 71 heads: only tp 1 or 71
     ("llama-3.1-8b", 0, "tp"),
 ])
@@ -65,7 +65,7 @@ def test_tp_refused_like_vllm(slug, tp, match):
 
 
 def test_kv_heads_neither_dividing_nor_divided_is_refused():
-    # 6 KV heads on tp 4: neither 6 % 4 nor 4 % 6 is 0 (QKVParallelLinear's divide fails)
+    # 6 KV heads on tp 4: neither 6% 4 nor 4% 6 is 0 (QKVParallelLinear's divide fails)
     m = kvlib.model_from_layers("toy", [AttentionLayer(6, 64)], n_heads=12)
     with pytest.raises(ValueError, match="6 KV heads cannot be split across tp=4"):
         m.kv_bytes_per_token(tp=4)
@@ -185,7 +185,7 @@ def test_deepseek_v2_six_bits():
     assert v2.kv_bytes_per_token(formats.KVFormat("6 bits on average", bits=6)) == 25_920
     assert v2.kv_elements_per_token() == 60 * 576
     assert ds67.kv_bytes_per_token("bf16") == 389_120
-    assert 1 - 25_920 / 389_120 == pytest.approx(0.9334, abs=5e-5)  # the paper's "93.3 %"
+    assert 1 - 25_920 / 389_120 == pytest.approx(0.9334, abs=5e-5)  # the paper's "93.3%"
 
 
 def test_bad_formats():

@@ -39,10 +39,10 @@ def test_layout_tokens_by_hand():
 def test_dense_models_median_at_the_three_percent_goal(memory):
     dense = memory[(memory["check"] == "full") & memory["dense"]]
     assert len(dense) >= 8
-    # seventeen dense rows; the middle one (9th) is vl02 (−6.38 %), between el51 (+5.88 %) and el52
-    # (+6.50 %), far past the 3 % goal: the four vLLM 0.30.0 rows (el49–el52, Qwen2.5-7B AWQ on an
-    # A10G and an L4: +9.37, +12.17, +5.88, +6.50 %) all land above el45 (−3.20 %), the middle of
-    # the thirteen rows before them. Before el45–el48 nine rows, middle el11: 2.84 %
+    # seventeen dense rows; the middle one (9th) is vl02 (−6.38%), between el51 (+5.88%) and el52
+    # (+6.50%), far past the 3% goal: the four vLLM 0.30.0 rows (el49–el52, Qwen2.5-7B AWQ on an
+    # A10G and an L4: +9.37, +12.17, +5.88, +6.50%) all land above el45 (−3.20%), the middle of
+    # the thirteen rows before them. Before el45–el48 nine rows, middle el11: 2.84%
     assert len(dense) == 17
     assert dense["error"].abs().median() == pytest.approx(0.0638, abs=5e-4)
     # the 2023 TP-4 pair brackets the prediction: the fixed profiler allocated less, the old more
@@ -104,24 +104,24 @@ def test_pool_error_by_engine_version_and_interconnect():
     nvlink = table.loc[("vllm", "before 0.21", "NVLink / NVSwitch")]
     assert one["ids"] == "el01, el02, el06, el07, el27, el29, el31, el45, vl01"
     assert nvlink["ids"] == "el09, el28, el30, vl02"
-    # |predicted / logged − 1|: el28 0.6 %, el09 4.1 %, vl02 6.4 %, el30 (before PR #2031) 41.9 %
+    # |predicted / logged − 1|: el28 0.6%, el09 4.1%, vl02 6.4%, el30 (before PR #2031) 41.9%
     assert nvlink["median_abs_error"] == pytest.approx((0.0414 + 0.0638) / 2, abs=0.002)
     assert nvlink["max_abs_error"] == pytest.approx(0.4185, abs=0.001)
-    # nine one-GPU logs; the middle one is el45 itself (|−3.20 %|), between el27 2.35 % and
-    # el06 7.68 % (before el45: (2.35 + 7.68) / 2 = 5.0 %)
+    # nine one-GPU logs; the middle one is el45 itself (|−3.20%|), between el27 2.35% and
+    # el06 7.68% (before el45: (2.35 + 7.68) / 2 = 5.0%)
     assert one["median_abs_error"] == pytest.approx(0.0320, abs=5e-4)
-    # el46 (Llama-3-70B AWQ on 2 × L40S, vLLM 0.16.0): 20.14 predicted against 20.16 GiB, −0.08 %
+    # el46 (Llama-3-70B AWQ on 2 × L40S, vLLM 0.16.0): 20.14 predicted against 20.16 GiB, −0.08%
     pcie = table.loc[("vllm", "before 0.21", "PCIe")]
     assert (pcie["logs"], pcie["ids"]) == (1, "el46")
     assert pcie["median_abs_error"] == pytest.approx(0.0008, abs=2e-4)
-    # 0.25–0.28 on the V2 runner: el47/el48 (Qwen3-8B on an RTX 4090, 0.27.1) are 10.5 % high and
-    # 8.0 % low, median (10.5 + 8.0) / 2 = 9.3 % (under the V1 runner's fitted sampler term they
-    # were 11.0 % and 25.9 % low, 18.4 %)
+    # 0.25–0.28 on the V2 runner: el47/el48 (Qwen3-8B on an RTX 4090, 0.27.1) are 10.5% high and
+    # 8.0% low, median (10.5 + 8.0) / 2 = 9.3% (under the V1 runner's fitted sampler term they
+    # were 11.0% and 25.9% low, 18.4%)
     new_one = table.loc[("vllm", "0.25–0.28, V2 runner", "one GPU")]
     assert (new_one["logs"], new_one["ids"]) == (2, "el47, el48")
     assert new_one["median_abs_error"] == pytest.approx((0.1047 + 0.0803) / 2, abs=1e-3)
     # 0.29–0.32 on the V2 runner: el49–el52 (vLLM 0.30.0, Qwen2.5-7B AWQ, one A10G / L4) are
-    # 9.37, 12.17, 5.88 and 6.50 % high (no CUDA-graph estimate sized): median (6.50 + 9.37) / 2
+    # 9.37, 12.17, 5.88 and 6.50% high (no CUDA-graph estimate sized): median (6.50 + 9.37) / 2
     v029 = table.loc[("vllm", "0.29–0.32, V2 runner", "one GPU")]
     assert (v029["logs"], v029["ids"]) == (4, "el49, el50, el51, el52")
     assert v029["median_abs_error"] == pytest.approx((0.0650 + 0.0937) / 2, abs=1e-3)

@@ -25,8 +25,8 @@
   function money(x) { return "$" + sig3(x); }
   function seconds(x) { return sig3(x) + " s"; }
   function tokens(n) { return count(n); }
-  // A signed percentage with a true minus sign: −88 %, +29 %.
-  function pct(x) { var v = Math.round(x * 100); return (v < 0 ? "\u2212" : "+") + Math.abs(v) + " %"; }
+  // A signed percentage with a true minus sign: −88%, +29%.
+  function pct(x) { var v = Math.round(x * 100); return (v < 0 ? "\u2212" : "+") + Math.abs(v) + "%"; }
   function plural(n, word) { return count(n) + " " + word + (n === 1 ? "" : "s"); }
 
   function el(tag, attrs, text) {
@@ -83,7 +83,7 @@
     var sGpu = add("gpu", "GPU", data.gpus.map(function (g, i) { return [i, g.name]; }));
     var sUtil = add("utilization", "memory fraction", []);
     var utilName = sUtil.parentNode.querySelector(".kc-name");
-    var sLen = add("max_model_len", "max_model_len", []);
+    var sLen = add("max_model_len", "Max model length", []);
     var sPrompt = add("prompt", "Prompt tokens",
                       data.prompts.map(function (p, i) { return [i, tokens(p)]; }));
     var sOutput = add("output", "Output tokens",
@@ -110,7 +110,7 @@
       peakWrap.appendChild(sPeak);
       controls.appendChild(peakWrap);
       sDuty = add("duty", "share of the day at peak", slo.duty_cycles.map(function (f, i) {
-        return [i, Math.round(f * 100) + " % (" + sig3(24 * f) + " h)"];
+        return [i, Math.round(f * 100) + "% (" + sig3(24 * f) + " h)"];
       }));
       sTtft.value = String(slo.ttfts.indexOf(d.slo_ttft_s));
       sSpeed.value = String(slo.speeds.indexOf(d.slo_speed));
@@ -196,12 +196,22 @@
 
     function showLaunch(head, command, cls) {
       var box = el("div", { "class": "kc-launch" });
-      box.appendChild(el("p", { "class": "kc-launch-head" }, head));
+      box.appendChild(sentence("kc-launch-head", head));
       box.appendChild(el("pre", { "class": cls || "kc-launch-command" }, command));
       card.appendChild(box);
     }
 
-    function line(cls, text) { var p = el("p", { "class": cls }, text); card.appendChild(p); return p; }
+    // A paragraph whose engine flags stay on one line ("--gpu-memory-utilization 0.9").
+    function sentence(cls, text) {
+      var p = el("p", { "class": cls });
+      text.split(/(--[a-z-]+(?: [0-9.]+)?)/).forEach(function (part, i) {
+        p.appendChild(i % 2 ? el("span", { "class": "kc-flag" }, part)
+                            : document.createTextNode(part));
+      });
+      return p;
+    }
+
+    function line(cls, text) { var p = sentence(cls, text); card.appendChild(p); return p; }
 
     // A tile: the model's figure, and under it the range the held-out error band gives
     // (flagged when the whole band lies on one side of the figure).
@@ -237,7 +247,7 @@
       var setting = e.settings[key[4]];
       if (setting === null) { sUtil.options[0].textContent = e.name + "'s default"; }
       line("kc-setup", e.name + " · " + m.name + " · " + w.label + " weights (" + w.repository +
-           ") · KV cache " + data.kv_dtypes[key[3]] + " · " + g.name + " · max_model_len " +
+           ") · KV cache " + data.kv_dtypes[key[3]] + " · " + g.name + " · max model length " +
            tokens(key[6]) + " · requests of " + tokens(prompt) + " prompt + " + tokens(output) +
            " output tokens");
       if (!r) {
@@ -261,6 +271,7 @@
                      "cluster of both, as vLLM's multi-node guide sets one up):",
                      data.texts[r[N + 6]]);
         }
+        dataParallel(key, price);
         return;
       }
       var v = function (c) { return r[cols[c]]; };
@@ -286,10 +297,17 @@
            sig3(v("per_user_tokens_per_s") * lo) + "–" + sig3(v("per_user_tokens_per_s") * hi),
            side);
       tile(tiles, "ttft", seconds(v("ttft_s")), "to the first token: a lower bound");
-      tile(tiles, "output", money(v("output_cost") * price), "per 1M output tokens",
+      // two ways to bill the same GPU time, each named: all of it to the output tokens, or
+      // split between prompts and output (then the output's share is lower)
+      tile(tiles, "output", money(v("output_cost") * price),
+           "per 1M output tokens, the GPU's whole time",
            money(v("output_cost") * price / hi) + "–" + money(v("output_cost") * price / lo),
            side);
-      tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens");
+      tile(tiles, "input", money(v("input_cost") * price), "per 1M input tokens",
+           v("batch") === 1 ? "its own prompt, prefilled alone"
+                            : "if prompts pay their share: output then " +
+                              money(v("output_cost_split") * price),
+           "", true);
       frontier(options, price, n);
       var batch = v("batch");
       line("kc-batch", batch === 1
@@ -327,7 +345,7 @@
                      "as the tiles assume, budget with the input price above; prefilling each " +
                      tokens(prompt) + "-token prompt alone, as at low load, input tokens cost " +
                      money(v("prefix_cold") * price) + " per 1M") + "; with a " +
-                     Math.round(data.hit_rate * 100) + " % prefix hit rate, " +
+                     Math.round(data.hit_rate * 100) + "% prefix hit rate, " +
                      money(v("prefix_cached") * price) + " (the method of ");
       var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
       pre.appendChild(a);
@@ -351,7 +369,24 @@
              "repository to load.");
       }
       speculation(m, key, n, price);
+      dataParallel(key, price);
       if (slo) { latency(key, n, prompt, output, price); }
+    }
+
+    // A mixture of experts with MLA on one node of eight as eight data-parallel ranks with
+    // expert parallelism (precomputed), with how far the step law ran from published points.
+    function dataParallel(key, price) {
+      var dp = data.data_parallel;
+      var c = dp && dp.cases[key.join("|")];
+      if (!c) { return; }
+      var err = dp.error;
+      line("kc-dp", data.texts[c[0]] + "; " + money(c[1] * price) + " per 1M output tokens at " +
+           "this price, at that speed." + (err && err.n ? " Read the speed as a ceiling: on " +
+           plural(err.n, "published point") + " with data-parallel attention, the step law's " +
+           "time per token was a median " + Math.round(-err.median * 100) + "% shorter than " +
+           "measured." : ""));
+      showLaunch("The command that starts it as eight data-parallel ranks:", data.texts[c[2]],
+                 "kc-dp-command");
     }
 
     // Speculative decoding with the model's measured draft chain (precomputed at the case's
@@ -388,7 +423,7 @@
         "pool " + count(c[6]) + " tokens instead of " + count(c[7]) + "." +
         (err && err.n ? " Read it as an upper bound: against " + plural(err.n, "measured " +
           "speed-up") + " at batch 1, the model's ran a median " + Math.round(err.median * 100) +
-          " % too high (" : "")));
+          "% too high (" : "")));
       if (err && err.n) {
         p.appendChild(el("a", { href: "05_latency.html" }, "chapter 5"));
         p.appendChild(document.createTextNode(")."));
@@ -441,16 +476,16 @@
            "per 1M tokens, input and output, over a day");
       box.appendChild(el("p", { "class": "kc-slo-load" }, "One replica completes " +
         sig3(c[0]) + " requests/s with its queue full; within the target it runs at " +
-        Math.round(rate / c[0] * 100) + " % of that."));
+        Math.round(rate / c[0] * 100) + "% of that."));
       box.appendChild(el("p", { "class": "kc-slo-duty" }, "Over a day: $ per 1M output tokens " +
         "= GPUs × $ per GPU-hour × 24 h ÷ (peak requests/s × output tokens × share of the day " +
         "at peak × 86,400 s) × 10⁶: the GPUs are paid all day, tokens come only at the peak (" +
-        Math.round(duty * 100) + " % of the day)."));
+        Math.round(duty * 100) + "% of the day)."));
       var e = slo.error;
       if (e && e.ttft_longer !== undefined) {
         box.appendChild(el("p", { "class": "kc-slo-error" }, "TTFT is a floor: against " +
-          plural(e.ttft_n, "published benchmark point") + " below 90 % of saturation, measured " +
-          "p99 TTFT ran a median " + Math.round(e.ttft_longer * 100) + " % longer than " +
+          plural(e.ttft_n, "published benchmark point") + " below 90% of saturation, measured " +
+          "p99 TTFT ran a median " + Math.round(e.ttft_longer * 100) + "% longer than " +
           "simulated; the simulated time per output token was off by a median " +
           pct(e.tpot_error) + " (" + plural(e.tpot_n, "point") + ", Appendix A)."));
       }

@@ -399,7 +399,7 @@ class Pool:
         """Every term of the arithmetic, one row each, in bytes and GiB (per GPU)."""
         rows = [
             ("total memory (" + self.total_memory_source + ")", self.total_memory_bytes),
-            (f"× gpu_memory_utilization {self.gpu_memory_utilization:g} = budget",
+            (f"× --gpu-memory-utilization {self.gpu_memory_utilization:g} = budget",
              self.budget_bytes),
             ((f"− weights ({self.weight_dtype}; {self.weights_basis})"
               if (self.pp, self.dp, self.ep) != (1, 1, 1) else

@@ -135,7 +135,7 @@ def relative_throughput(batch: float, baseline_batch: float, kernel_penalty: flo
     """Throughput of a paged engine over a contiguous one: (B / B₀) / (1 + a · penalty).
 
     Throughput ∝ batch / step time, with the step slowed only in its attention share ``a`` of
-    time by a kernel that is ``kernel_penalty`` (a fraction: 0.2 = 20 %) slower, and the step
+    time by a kernel that is ``kernel_penalty`` (a fraction: 0.2 = 20%) slower, and the step
     time otherwise independent of batch (memory-bound decode dominated by weight reads).
     """
     if batch < 0 or baseline_batch <= 0:

@@ -588,7 +588,7 @@ def validate(efficiency: Efficiency | None = None) -> pd.DataFrame:
 
 def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """Points, median |error|, the 10th and 90th percentile of the signed error, the worst
-    |error| and the share beyond 40 %, for all ``results`` or per ``by`` group."""
+    |error| and the share beyond 40%, for all ``results`` or per ``by`` group."""
     groups: list[tuple[Any, pd.DataFrame]] = [("all", results)]
     if by:
         groups = list(results.groupby(list(by), observed=True))
@@ -778,8 +778,8 @@ def _with_groups(frame: pd.DataFrame) -> pd.DataFrame:
 def error_by_gpu_and_family(results: pd.DataFrame) -> pd.DataFrame:
     """The signed error of ``results`` (one row per point with model, gpu and ``error`` =
     predicted ÷ measured − 1) per GPU × model family (``model_family``): gpu, gpu_name, family,
-    n, median_error (fraction) and n_beyond_40 (points missed by more than 40 %), a heatmap's
-    cells. E.g. errors −0.5, 0.1, 0.2 on one GPU and family: median 0.1, one beyond 40 %."""
+    n, median_error (fraction) and n_beyond_40 (points missed by more than 40%), a heatmap's
+    cells. E.g. errors −0.5, 0.1, 0.2 on one GPU and family: median 0.1, one beyond 40%."""
     missing = [c for c in ("model", "gpu", "error") if c not in results.columns]
     if missing:
         raise KeyError(f"columns not in the results: {missing}")
@@ -886,7 +886,7 @@ def error_sets() -> dict[str, pd.DataFrame]:
 
 
 def generalization_summary() -> pd.DataFrame:
-    """Median |error| and share beyond 40 % of each of ``ERROR_SETS``, side by side, overall
+    """Median |error| and share beyond 40% of each of ``ERROR_SETS``, side by side, overall
     and per ``BREAKDOWNS`` group: columns breakdown, group, then ``n``, ``median_abs_error``
     and ``beyond_40`` per set (``"<set>: n"`` …; NaN where a set has no point of the group),
     and ``goal``: the bound a median of that row is held to (``GOAL_TP`` on TP rows,
@@ -918,7 +918,7 @@ def generalization_summary() -> pd.DataFrame:
 
 def generalization_goals() -> pd.DataFrame:
     """One row per ``ERROR_SETS`` entry: points, median |error|, the worst median at any TP
-    degree (degrees with at least ``MIN_BAND_POINTS`` points), the share beyond 40 %, and
+    degree (degrees with at least ``MIN_BAND_POINTS`` points), the share beyond 40%, and
     whether each of the issue's goals is met (``median_met``, ``tp_met``, ``beyond_met``)."""
     rows = []
     for name, res in error_sets().items():
@@ -972,7 +972,7 @@ class CaseBand(ErrorBand):
 
     @property
     def words(self) -> str:
-        """The band's basis in a sentence: "median miss of 12 measurements like this: 12 %
+        """The band's basis in a sentence: "median miss of 12 measurements like this: 12%
         (NVIDIA GPUs, vLLM, dense GQA, TP 2, batch 33–128)", or, when the data hold no point of
         the family on this GPU and engine, ``NO_MEASUREMENTS`` and the leave-one-source-out
         (or wider held-out) median it falls back to."""

@@ -2,8 +2,8 @@
 ``calibrate.TERM_SETS`` judged three ways, and the rule that picks ``calibrate.CHOSEN_TERMS``.
 
 For each candidate: ``fit`` on the train half, rounded as ``roofline.CALIBRATED`` stores it, and
-the median |error| on the held-out half (random split); the leave-one-source-out median |error| and share beyond 40 % (each publisher
-predicted by a refit without it); and the fresh-set median and share beyond 40 % under the
+the median |error| on the held-out half (random split); the leave-one-source-out median |error| and share beyond 40% (each publisher
+predicted by a refit without it); and the fresh-set median and share beyond 40% under the
 train-half fit — reported, never read by the rule (the fresh set is held out from every design
 choice). The rule (``choose_terms``): the lowest leave-one-source-out median. Computing the
 table refits each candidate seven times (about 2 s a candidate), so ``write_term_selection``
@@ -26,7 +26,7 @@ REPORTED_ONLY = ("fresh_median", "fresh_beyond_40")
 
 def term_errors(terms: Terms) -> dict[str, float | int | str | bool]:
     """One row of ``term_selection`` for ``terms``: its name and switches, then n and median
-    |error| of the random split, n, median and share beyond 40 % of leave-one-source-out, and
+    |error| of the random split, n, median and share beyond 40% of leave-one-source-out, and
     the same of the fresh set (fractions)."""
     pts = calibrate.speed_points()
     every = calibrate._all_parts()

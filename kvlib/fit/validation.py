@@ -276,8 +276,8 @@ PRE_PR2031_TOKENS = 31_615 * 16
 
 
 def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
-    """Why each memory row of the book's logs misses by more than 10 % (and each dense row by
-    more than 3 %), by log id, each reason computed from the logs: the memory outside torch of
+    """Why each memory row of the book's logs misses by more than 10% (and each dense row by
+    more than 3%), by log id, each reason computed from the logs: the memory outside torch of
     a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
     2023 engine's profiler (el30, vl02), overheads larger than a 40 GB card's log leaves room
     for (el45), under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside

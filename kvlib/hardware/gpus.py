@@ -64,7 +64,7 @@ class GPU:
     @property
     def usable_memory_bytes(self) -> int:
         """The total an engine sizes against: the CUDA runtime total when sourced, else the
-        nvidia-smi total (about 0.5 % larger on HBM parts), else the stated capacity."""
+        nvidia-smi total (about 0.5% larger on HBM parts), else the stated capacity."""
         for value in (self.memory_bytes_runtime, self.memory_bytes_nvml, self.memory_bytes_stated):
             if value is not None:
                 return value

@@ -380,7 +380,7 @@ def stale_rows(table: Any) -> list[str]:
 def error_cells(table: Any) -> Any:
     """One cell per measurement of a cross-check table (``load_table``): model, n_tokens and
     error_pct = 100 × (transformers_bytes ÷ kvlib_bytes − 1), the heatmap of chapter 2. E.g.
-    Qwen3-Next at one token: 1.9695× → +96.95 %."""
+    Qwen3-Next at one token: 1.9695× → +96.95%."""
     import pandas as pd
 
     return pd.DataFrame({"model": table["model"], "n_tokens": table["n_tokens"].astype(int),

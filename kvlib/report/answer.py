@@ -63,6 +63,7 @@ from ..model.registry import load_model
 from ..serve.serving import TP_DEGREES, Engine, ServingPoint
 from ..serve.speculative import draft_pools, speculative_at_point
 from ..speed.parallel import parallel_decode
+from ..speed.roofline import blocks
 from .tables import Table, table
 
 #: Kinds of offer the page lets a reader pick, from ``data/prices.csv``'s ``pricing`` column
@@ -547,8 +548,8 @@ def _setting_words(setting: str, value: Any) -> str:
     if setting == "kv_dtype":
         return f"an {value} KV cache"
     if setting == "gpu_memory_utilization":
-        return f"gpu_memory_utilization {value:g}"  # vLLM's: the others run at their default
-    return f"max_model_len {int(value):,}"
+        return f"--gpu-memory-utilization {value:g}"  # vLLM's: the others run at their default
+    return f"--max-model-len {int(value):,}"
 
 
 def _or(items: Sequence[str]) -> str:
@@ -744,7 +745,9 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                     slo: pd.DataFrame | None = None,
                     slo_error: Mapping[str, Any] | None = None,
                     wider: pd.DataFrame | None = None,
-                    speculative_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    speculative_error: Mapping[str, Any] | None = None,
+                    data_parallel: pd.DataFrame | None = None,
+                    data_parallel_error: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the landing page's calculator shows, as plain JSON-able data: the choices
     (engines with their memory-fraction flag and the fractions offered, None for the engine's
     default; models with their checkpoints and lengths, GPUs with their market prices by kind,
@@ -780,6 +783,12 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
     pool tokens with and without, the launch command's index in ``texts``], or [why not, an
     index in ``texts``]; ``speculative_error`` (how far the model's speed-ups ran from measured
     ones: n, median) is passed through as ``speculative["error"]``.
+
+    ``data_parallel`` (``dp_attention``) gives ``data_parallel``: per case of a mixture of
+    experts with MLA (``cases``, keyed like ``slo``'s first nine values) [the layout in words,
+    its $ per 10⁶ output tokens at $1 per GPU-hour, its launch command's index in ``texts``];
+    ``data_parallel_error`` (how far the step law ran from published data-parallel points: n,
+    median) is passed through as ``data_parallel["error"]``.
 
     The page looks rows up and multiplies costs by the price; it computes nothing else.
     """
@@ -844,6 +853,23 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
                         + wide.get((e, m, w, k, fraction_key(u), g, int(length), int(p), int(o)),
                                    []))
     speculative = _speculative_data(grid, index, weights, texts, speculative_error)
+    parallel_cases = {}
+    for r in (data_parallel if data_parallel is not None
+              else pd.DataFrame(columns=TWO_NODE_COLUMNS)).itertuples():
+        key = "|".join(str(x) for x in (
+            index["engine"]["vllm"], index["model"][r.model], weights[r.model].index(r.weights),
+            index["kv_dtype"][r.kv_dtype],
+            index["gpu_memory_utilization"]["vllm"][fraction_key(r.gpu_memory_utilization)],
+            index["gpu"][r.gpu], int(r.max_model_len), index["input_tokens"][int(r.input_tokens)],
+            index["output_tokens"][int(r.output_tokens)]))
+        words = (f"With data-parallel attention and expert parallelism on one node of eight "
+                 f"({int(r.n_gpus)} × {short_gpu_name(gpu_names[r.gpu])} as eight ranks of one "
+                 f"GPU, the experts spread over all eight) the eight pools hold "
+                 f"{r.max_concurrency:,.{0 if r.max_concurrency >= 100 else 1}f} of these "
+                 f"requests in all; decoding {int(r.batch):,} "
+                 f"per rank, at most {r.decode_tokens_per_s:,.0f} output tokens/s in all")
+        parallel_cases[key] = [texts.setdefault(words, len(texts)), _sig(r.output_cost),
+                               texts.setdefault(r.launch, len(texts))]
     return {
         "engines": [{"slug": e, "name": ENGINE_NAMES[e], "flag": FRACTION_FLAGS[e][0],
                      "share": FRACTION_FLAGS[e][1],
@@ -877,6 +903,7 @@ def calculator_data(grid: pd.DataFrame, prefix: pd.DataFrame, *, models: Sequenc
         "default": dict(default),
         "slo": None if slo is None else _slo_data(slo, index, weights, slo_error),
         "speculative": speculative,
+        "data_parallel": {"cases": parallel_cases, "error": dict(data_parallel_error or {})},
     }
 
 
@@ -958,8 +985,8 @@ def slo_covered(slo: pd.DataFrame) -> str:
     for column, words in (("input_tokens", "prompts of {:,} tokens"),
                           ("output_tokens", "outputs of {:,} tokens"),
                           ("kv_dtype", "KV cache {}"),
-                          ("gpu_memory_utilization", "gpu_memory_utilization {:g}"),
-                          ("max_model_len", "max_model_len {:,}")):
+                          ("gpu_memory_utilization", "--gpu-memory-utilization {:g}"),
+                          ("max_model_len", "--max-model-len {:,}")):
         values = list(dict.fromkeys(slo[column]))
         settings.append(" or ".join(words.format(v) for v in values))
     return "; ".join(parts) + " — " + ", ".join(settings)
@@ -1049,6 +1076,60 @@ def two_nodes(grid: pd.DataFrame) -> pd.DataFrame:
                          "max_model_len": int(length), "input_tokens": i, "output_tokens": o,
                          "n_gpus": d.gpus, "max_concurrency": held, "batch": batch,
                          "decode_tokens_per_s": step.tokens_per_s,
+                         "output_cost": cost_per_million_tokens(float(d.gpus), step.tokens_per_s),
+                         "launch": launch})
+    return pd.DataFrame(rows, columns=TWO_NODE_COLUMNS)
+
+
+#: The layout the page offers a mixture of experts with MLA layers beside tensor parallelism:
+#: one node of eight GPUs as eight data-parallel ranks of one GPU with the experts spread over
+#: all eight (``--data-parallel-size 8 --enable-expert-parallel``), as (tp, dp, ep). MLA's latent
+#: cache is whole on every GPU of a tensor-parallel group, so eight ranks hold eight sets of
+#: requests where one group of eight holds one (chapter 4).
+DP_ATTENTION = (1, 8, 8)
+
+
+def uses_dp_attention(model: Model | str) -> bool:
+    """Whether the page offers ``DP_ATTENTION`` for ``model``: a mixture of experts with MLA."""
+    counts = blocks(load_model(model) if isinstance(model, str) else model)
+    return counts.mla > 0 and counts.moe_ffn > 0
+
+
+def dp_attention(grid: pd.DataFrame) -> pd.DataFrame:
+    """The vLLM cases of ``grid`` whose model ``uses_dp_attention``, fitting or not, on one node
+    of eight GPUs as ``DP_ATTENTION`` where a rank's pool holds one request of max_model_len:
+    n_gpus (8), max_concurrency (requests of the case's length the eight pools hold in all),
+    batch (per rank: as many as its pool holds, at most ``max_num_seqs``),
+    decode_tokens_per_s (``speed.parallel.parallel_decode`` at that batch per rank, mid-output,
+    in all: decode only, an upper bound — on the published data-parallel points it ran far
+    faster than measured, ``kvlib.fit.parallel.parallel_validation``), output_cost ($ per 10⁶
+    output tokens at $1 per GPU-hour) and launch (``launch_text``). Columns
+    ``TWO_NODE_COLUMNS``; a GPU with no sourced GPU-to-GPU link is left out."""
+    tp, dp, ep = DP_ATTENTION
+    models = [m for m in grid["model"].unique() if uses_dp_attention(m)]
+    out = grid[(grid["engine"] == "vllm") & grid["model"].isin(models)]
+    formats = {(m, c.label): c for m in models for c in weight_choices(m)}
+    rows = []
+    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len"]
+    for (slug, w, kv, util, gpu, length), group in out.groupby(keys, sort=False):
+        d = Deployment(slug, gpu, tp=tp, dp=dp, ep=ep, weights=formats[(slug, w)].weight_format,
+                       kv=kv, gpu_memory_utilization=float(util), max_model_len=int(length))
+        if d.gpu.link_bytes_per_s is None:
+            continue
+        pool = pool_arithmetic(d)
+        if pool.max_concurrency(int(length)) < 1:
+            continue
+        d = d.resolved()
+        launch = launch_text(d, launch_repository(slug, formats[(slug, w)]))
+        for r in group.drop_duplicates(["input_tokens", "output_tokens"]).itertuples(index=False):
+            i, o = int(r.input_tokens), int(r.output_tokens)
+            batch = min(math.floor(pool.max_concurrency(i + o)), d.max_num_seqs)
+            step = parallel_decode(d, batch=batch, context_tokens=i + o // 2)
+            rows.append({"model": slug, "weights": w, "kv_dtype": kv,
+                         "gpu_memory_utilization": float(util), "gpu": gpu,
+                         "max_model_len": int(length), "input_tokens": i, "output_tokens": o,
+                         "n_gpus": d.gpus, "max_concurrency": pool.deployment_concurrency(i + o),
+                         "batch": batch, "decode_tokens_per_s": step.tokens_per_s,
                          "output_cost": cost_per_million_tokens(float(d.gpus), step.tokens_per_s),
                          "launch": launch})
     return pd.DataFrame(rows, columns=TWO_NODE_COLUMNS)

@@ -466,7 +466,7 @@ def error_bars(df: pd.DataFrame, error: str, label: str, color: str, title: str,
     if missing:
         raise KeyError(f"columns not in the frame: {missing}")
     data = df.assign(_shown=df[error].clip(-limit, limit),
-                     _note=[f"{number_text(v, '{:+.0f}')} %" if abs(v) > limit else ""
+                     _note=[f"{number_text(v, '{:+.0f}')}%" if abs(v) > limit else ""
                             for v in df[error]])
     base = alt.Chart(data).encode(y=alt.Y(
         f"{label}:N", sort=alt.EncodingSortField(error, op="max", order="descending"), title=None,

@@ -265,7 +265,7 @@ def _speed_rows(point: Any) -> list[tuple[str, str]]:
                          "calibrated roofline)"),
         ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "
                   f"tok/s per user, first token after {point.ttft_s:,.2f} s"),
-        ("model error", f"{band.words}; 80 % within {band.low:+.0%} … {band.high:+.0%} → "
+        ("model error", f"{band.words}; 80% within {band.low:+.0%} … {band.high:+.0%} → "
                         f"{lo:,.0f}–{hi:,.0f} tok/s"),
     ]
 

@@ -10,7 +10,7 @@ Columns beyond the required ``id,claim,source,section,quantity,claimed,unit,comp
 notes`` (all optional, empty = unused):
 
 * ``tolerance`` — absolute tolerance in the claim's unit, for claims whose digits overstate
-  their precision ("about 56 GB", "60–80 %"); default: half a unit of the last stated digit.
+  their precision ("about 56 GB", "60–80%"); default: half a unit of the last stated digit.
 * ``alt_inputs`` — JSON ``{label: {input overrides}}``: other readings of the claim (total
   instead of per GPU, another model, another dtype). A claim off under its own reading but right
   under one of these is a ``unit slip`` naming the label — or the verdict given by the reading's
@@ -127,7 +127,7 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 
 def _change(before: float, after: float) -> float:
-    """Relative change ``after / before − 1`` (a fraction: 0.58 is +58 %)."""
+    """Relative change ``after / before − 1`` (a fraction: 0.58 is +58%)."""
     return _ratio(after, before) - 1
 
 
@@ -553,8 +553,8 @@ def _fmt(x: float, significant: int = 4) -> str:
 
 def _amount(x: float, unit: str, significant: int = 4) -> str:
     """``x`` and its unit for a reason line, a plural unit made singular for 1: '1 token'."""
-    if unit == "x":  # a ratio: "5.76×"
-        return f"{_fmt(x, significant)}×"
+    if unit in ("x", "%"):  # a ratio: "5.76×"; a share: "3.111%"
+        return f"{_fmt(x, significant)}{'×' if unit == 'x' else '%'}"
     singular = abs(x) == 1 and unit.endswith("s") and unit.isalpha() and len(unit) > 2
     return f"{_fmt(x, significant)} {unit[:-1] if singular else unit}"
 
@@ -564,7 +564,7 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
     """Compare a claim with kvlib's raw result (bytes for byte units, a fraction for %).
 
     ``holds`` within the claim's precision (``tolerance``, default half a unit of its last
-    digit); ``rounding`` within twice that or 1 %; ``unit slip`` when the number is right in
+    digit); ``rounding`` within twice that or 1%; ``unit slip`` when the number is right in
     the unit a writer confuses (KiB↔KB, GiB↔GB) or under one of the ``alternatives`` readings
     (label → raw value, e.g. the total over all GPUs, or label → (raw value, verdict) for a
     reading that earns another verdict, e.g. a condition the claim drops); otherwise ``wrong``.
@@ -600,7 +600,7 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
         return Verdict(value, ours, unit, "holds", f"{_amount(ours, unit)}, {how}{note}", "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
         return Verdict(value, ours, unit, "rounding",
-                       f"{_amount(ours, unit)}: within one unit of the last digit or 1 %",
+                       f"{_amount(ours, unit)}: within one unit of the last digit or 1%",
                        "rounding")
     if slip is not None and close(_in_unit(recomputed_raw, slip), 2 * tol):
         return Verdict(value, ours, unit, "unit slip",

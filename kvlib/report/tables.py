@@ -113,8 +113,11 @@ def range_text(low: float, high: float, spec: str = ".1f") -> str:
 # -- column names in words ------------------------------------------------------------------------
 
 #: Engine flags and code names a reader looks up verbatim: kept as written.
-VERBATIM = frozenset({"max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                      "gpu_memory_utilization", "kv_cache_dtype", "id"})
+#: Engine settings as a reader starts the engine with them (vLLM's flags), and the block size.
+FLAGS = {"max_model_len": "--max-model-len", "max_num_seqs": "--max-num-seqs",
+         "max_num_batched_tokens": "--max-num-batched-tokens",
+         "gpu_memory_utilization": "--gpu-memory-utilization",
+         "kv_cache_dtype": "--kv-cache-dtype", "block_size": "block size (tokens)"}
 _UNITS = {"kib": "KiB", "mib": "MiB", "gib": "GiB", "tib": "TiB", "kb": "KB", "mb": "MB",
           "gb": "GB", "tb": "TB", "pct": "%", "ms": "ms", "bytes": "bytes", "tokens": "tokens"}
 _WORDS = {"kv": "KV", "tp": "TP", "gpu": "GPU", "gpus": "GPUs", "mla": "MLA", "gqa": "GQA",
@@ -126,9 +129,12 @@ _SIZE = re.compile(r"^\d+[kmb]$")
 def column_label(name: Any) -> str:
     """A column name in words with its unit in brackets: ``kv_kib_per_token`` → "KV per token
     (KiB)", ``tokens_per_s`` → "tokens/s", ``error_pct`` → "error (%)". Names that already
-    read as words (a space, a bracket, a capital) and engine flags (``VERBATIM``) are kept."""
+    read as words (a space, a bracket, a capital) are kept; an engine setting reads as its flag
+    (``FLAGS``: ``max_num_seqs`` → "--max-num-seqs")."""
     text = str(name)
-    if text in VERBATIM or not re.fullmatch(r"[a-z0-9_]+", text) or "_" not in text and (
+    if text in FLAGS:
+        return FLAGS[text]
+    if text == "id" or not re.fullmatch(r"[a-z0-9_]+", text) or "_" not in text and (
             text not in _WORDS and text not in _UNITS):
         return text
     tokens = text.split("_")

@@ -144,7 +144,7 @@ def saturated_rps(run: ServingRun) -> float:
     over the time between them, ÷ the mean output tokens per request (the first leave before
     the engine is full, the last while it empties). Tokens, not completions: requests of one
     length finish in waves, and a window of completions that cuts a wave miscounts by up to a
-    third (two waves of 51, a window holding 82 completions over one wave's time: +37 %).
+    third (two waves of 51, a window holding 82 completions over one wave's time: +37%).
     Every request over the whole run when there are fewer than ten, or the window is empty."""
     finish = np.sort(run.arrival_s + run.e2e_s)
     n = len(finish)

@@ -27,13 +27,13 @@ from .load import bench_serve, run_row, saturated_rps
 
 #: The spread of the lengths drawn for a dataset (a share of the mean): ``random`` as
 #: ``vllm bench serve``'s default (``--random-range-ratio 0``), ShareGPT's wide spread read as
-#: ±90 %.
+#: ±90%.
 RANGE_RATIO = {"random": 0.0, "sharegpt": 0.9}
 #: Most requests replayed per row (the sources ran 50–5,000).
 MAX_REQUESTS = 600
 #: Load bands, by offered rate ÷ the replayed saturated rate (open loop) or client concurrency.
-RATE_BANDS = ((0.0, 0.5, "light (< 50 % of saturation)"), (0.5, 0.9, "near the knee (50–90 %)"),
-              (0.9, math.inf, "at or past saturation (≥ 90 %)"))
+RATE_BANDS = ((0.0, 0.5, "light (< 50% of saturation)"), (0.5, 0.9, "near the knee (50–90%)"),
+              (0.9, math.inf, "at or past saturation (≥ 90%)"))
 CONCURRENCY_BANDS = ((1, 1, "concurrency 1"), (2, 16, "concurrency 2–16"),
                      (17, 1 << 30, "concurrency > 16"))
 #: TTFT measurements of the speed data replayed under load, per engine (a seeded sample: the
@@ -146,7 +146,7 @@ SUMMARY_FILE = "serving_latency_summary.csv"
 
 def latency_summary(errors: pd.DataFrame | None = None) -> dict[str, float | int]:
     """What the landing page says of the simulation against published serving benchmarks below
-    90 % of saturation (the first two ``RATE_BANDS``, replayed points only): ttft_longer, the
+    90% of saturation (the first two ``RATE_BANDS``, replayed points only): ttft_longer, the
     median of measured ÷ simulated p99 TTFT − 1, over ttft_n points; tpot_error, the median
     signed error of the median time per output token, over tpot_n points."""
     errors = serving_errors() if errors is None else errors

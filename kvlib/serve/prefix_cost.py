@@ -78,7 +78,7 @@ def input_cost_per_million(model: Deployment | Model | str, gpu: GPU | str | Non
     second (cached ones included), prefilling one prompt at a time.
 
     E.g. ``input_cost_per_million("llama-3.1-8b", "h100-sxm", dollars_per_gpu_hour=2.90,
-    hit_rate=0.6)``: what an input token costs with a 60 % prefix hit rate.
+    hit_rate=0.6)``: what an input token costs with a 60% prefix hit rate.
     """
     d = as_deployment(model, gpu, **deployment_keywords)
     rate = number("hit_rate", hit_rate, minimum=0.0, maximum=1.0)

@@ -170,7 +170,7 @@ class ServingPoint:
             return (f"the weights ({_gib(self.weights_bytes)} {on}) and the start-up activation "
                     f"peak and buffers ({_gib(self.startup_bytes)}) exceed {usable}")
         return (f"the KV pool left, {_gib(self.kv_bytes_per_gpu)} {on}, holds less than one "
-                f"request of max_model_len {self.max_model_len:,} tokens, which needs "
+                f"request of --max-model-len {self.max_model_len:,} tokens, which needs "
                 f"{_gib(self.request_kv_bytes)}")
 
     def _hourly(self, dollars_per_gpu_hour: float) -> float:
@@ -207,7 +207,7 @@ def _usable(engine: str, budget_bytes: int, fraction: float) -> str:
                 f"mem_fraction_static {fraction:g}")
     if engine == "tensorrt-llm":
         return f"the GPU's {_gib(budget_bytes)}"
-    return f"the {_gib(budget_bytes)} vLLM may use at gpu_memory_utilization {fraction:g}"
+    return f"the {_gib(budget_bytes)} vLLM may use at --gpu-memory-utilization {fraction:g}"
 
 
 def _memory_terms(pool: AnyPool, max_model_len: int) -> dict[str, int]:
