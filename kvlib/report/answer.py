@@ -1051,34 +1051,8 @@ def two_nodes(grid: pd.DataFrame) -> pd.DataFrame:
     output_cost ($ per 10⁶ output tokens at $1 per GPU-hour, at that speed) and launch
     (``launch_text``). A GPU with no sourced GPU-to-GPU link is left out."""
     tp, pp = TWO_NODES
-    out = grid[(grid["engine"] == "vllm") & (grid["n_gpus"] == 0)
-               & grid["limit"].isin(["weights", "activation", "kv"])]
-    formats = {(m, c.label): c for m in out["model"].unique() for c in weight_choices(m)}
-    rows = []
-    keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len"]
-    for (slug, w, kv, util, gpu, length), group in out.groupby(keys, sort=False):
-        d = Deployment(slug, gpu, tp=tp, pp=pp, weights=formats[(slug, w)].weight_format, kv=kv,
-                       gpu_memory_utilization=float(util), max_model_len=int(length))
-        if d.gpu.link_bytes_per_s is None or not d.model.supports_tp(tp):
-            continue
-        pool = pool_arithmetic(d)
-        if pool.max_concurrency(int(length)) < 1:
-            continue
-        d = d.resolved()
-        launch = launch_text(d, launch_repository(slug, formats[(slug, w)]))
-        for r in group.itertuples(index=False):
-            i, o = int(r.input_tokens), int(r.output_tokens)
-            held = pool.max_concurrency(i + o)
-            batch = min(math.floor(held), d.max_num_seqs)
-            step = parallel_decode(d, batch=batch, context_tokens=i + o // 2)
-            rows.append({"model": slug, "weights": w, "kv_dtype": kv,
-                         "gpu_memory_utilization": float(util), "gpu": gpu,
-                         "max_model_len": int(length), "input_tokens": i, "output_tokens": o,
-                         "n_gpus": d.gpus, "max_concurrency": held, "batch": batch,
-                         "decode_tokens_per_s": step.tokens_per_s,
-                         "output_cost": cost_per_million_tokens(float(d.gpus), step.tokens_per_s),
-                         "launch": launch})
-    return pd.DataFrame(rows, columns=TWO_NODE_COLUMNS)
+    return _placed(grid[(grid["engine"] == "vllm") & (grid["n_gpus"] == 0)
+                        & grid["limit"].isin(["weights", "activation", "kv"])], tp=tp, pp=pp)
 
 
 #: The layout the page offers a mixture of experts with MLA layers beside tensor parallelism:
@@ -1107,14 +1081,23 @@ def dp_attention(grid: pd.DataFrame) -> pd.DataFrame:
     ``TWO_NODE_COLUMNS``; a GPU with no sourced GPU-to-GPU link is left out."""
     tp, dp, ep = DP_ATTENTION
     models = [m for m in grid["model"].unique() if uses_dp_attention(m)]
-    out = grid[(grid["engine"] == "vllm") & grid["model"].isin(models)]
-    formats = {(m, c.label): c for m in models for c in weight_choices(m)}
+    return _placed(grid[(grid["engine"] == "vllm") & grid["model"].isin(models)],
+                   tp=tp, dp=dp, ep=ep)
+
+
+def _placed(cases: pd.DataFrame, **layout: int) -> pd.DataFrame:
+    """``cases`` (vLLM grid rows) under ``layout`` (``Deployment``'s tp, pp, dp, ep) where its
+    GPUs have a sourced link, the model splits over its tp and a pool holds one request of
+    max_model_len: ``TWO_NODE_COLUMNS``, the batch one rank's (as many requests as its pool
+    holds, at most ``max_num_seqs``) decoded mid-output by ``parallel_decode``, the requests
+    held the whole deployment's."""
+    formats = {(m, c.label): c for m in cases["model"].unique() for c in weight_choices(m)}
     rows = []
     keys = ["model", "weights", "kv_dtype", "gpu_memory_utilization", "gpu", "max_model_len"]
-    for (slug, w, kv, util, gpu, length), group in out.groupby(keys, sort=False):
-        d = Deployment(slug, gpu, tp=tp, dp=dp, ep=ep, weights=formats[(slug, w)].weight_format,
-                       kv=kv, gpu_memory_utilization=float(util), max_model_len=int(length))
-        if d.gpu.link_bytes_per_s is None:
+    for (slug, w, kv, util, gpu, length), group in cases.groupby(keys, sort=False):
+        d = Deployment(slug, gpu, weights=formats[(slug, w)].weight_format, kv=kv,
+                       gpu_memory_utilization=float(util), max_model_len=int(length), **layout)
+        if d.gpu.link_bytes_per_s is None or not d.model.supports_tp(d.tp):
             continue
         pool = pool_arithmetic(d)
         if pool.max_concurrency(int(length)) < 1:
