@@ -112,7 +112,6 @@ def range_text(low: float, high: float, spec: str = ".1f") -> str:
 
 # -- column names in words ------------------------------------------------------------------------
 
-#: Engine flags and code names a reader looks up verbatim: kept as written.
 #: Engine settings as a reader starts the engine with them (vLLM's flags), and the block size.
 FLAGS = {"max_model_len": "--max-model-len", "max_num_seqs": "--max-num-seqs",
          "max_num_batched_tokens": "--max-num-batched-tokens",
