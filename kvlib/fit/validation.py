@@ -283,7 +283,8 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     for (el45), under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside
     torch of a consumer card again (el48) and a cold compile cache's activation peak (el47),
     and, under vLLM 0.30.0 on an A10G and an L4, the CUDA-graph estimate kvlib does not size on
-    cards whose CUDA total gpus.csv lacks (el49–el52)."""
+    cards whose CUDA total gpus.csv lacks (el49–el52), and under vLLM 0.19.0 on an H100 a dummy
+    sampling pass far below the fitted term of the rule before 0.21 (``SMALL_SAMPLER_LOGS``)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -375,9 +376,32 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
                      f"less than el49's fp16 pool at the same settings")
         return text
 
+    def small_sampler(log_id: str) -> str:
+        row, pool = logs.loc[log_id], log_pool(log_id, overheads)
+        peak, outside = float(row["activation_peak_gib"]), float(row["non_torch_gib"])
+        rows = min(pool.max_num_seqs, pool.max_num_batched_tokens)
+        vocab = load_model(row["model_slug"]).architecture.vocab_size
+        copy = rows * vocab * 4 / GIB  # one fp32 tensor of the dummy sampling pass's logits
+        charged = (pool.activation_peak_bytes + pool.non_torch_bytes) / GIB
+        return (f"vLLM {row['engine_version']} on an H100 (the llm-d planner's sweep) prints a "
+                f"torch peak of {peak:.2f} GiB, {peak / copy:.2f} fp32 copies of its "
+                f"{rows:,} × {vocab:,} dummy sampling logits, where kvlib's rule before 0.21 "
+                f"charges {overheads.sampler_copies:g} copies, fitted on earlier releases "
+                f"({pool.activation_sampler_bytes / GIB:.2f} GiB); with "
+                f"{pool.non_torch_bytes / GIB:.2f} GiB outside torch against the log's "
+                f"{outside:.2f}, kvlib charges {charged:.2f} GiB besides weights and KV where "
+                f"the log spends {peak + outside:.2f}")
+
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
             "el30": profiler, "vl02": profiler, "el45": el45, "el47": v2_runner("el47"),
-            "el48": v2_runner("el48"), **{i: v2_graphs(i) for i in ("el49", "el50", "el51", "el52")}}
+            "el48": v2_runner("el48"), **{i: v2_graphs(i) for i in ("el49", "el50", "el51", "el52")},
+            **{i: small_sampler(i) for i in SMALL_SAMPLER_LOGS}}
+
+
+#: The llm-d planner's vLLM 0.19.0 logs (one H100-80GB node, 1,024 sequences) beyond the
+#: appendix's lines (±10%, ±3% for dense models): a dummy sampling pass far below the fitted
+#: term of the rule before 0.21 (``memory_miss_reasons``).
+SMALL_SAMPLER_LOGS = ("lp01", "lp02", "lp03", "lp04", "lp07", "lp08", "lp09", "lp11", "lp12")
 
 
 def engine_pool_validation() -> pd.DataFrame:
