@@ -361,6 +361,8 @@ def test_chapter_four_cost_chart_follows_price_and_gpu(built_book, server, reade
     _await_change(page, chart_id, before)
     assert _svg_cost_geometry(chart) != ticks, "the cost axis did not move with the price"
     gpu = chart.locator(".vega-bindings select").first
+    options = gpu.locator("option").evaluate_all("os => os.map(o => o.value)")
+    assert options[0] == "h100-sxm" and len(options) >= 5, "the GPU picker opens on the H100"
     before = _svg(chart)
     gpu.select_option(index=1)
     _await_change(page, chart_id, before)
