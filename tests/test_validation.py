@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -69,6 +70,9 @@ def test_every_memory_miss_reason_is_computed_from_the_logs():
     copies = [float(re.search(r"GiB, ([0-9.]+) fp32 copies", reasons[i]).group(1))
               for i in validation.SMALL_SAMPLER_LOGS]
     assert 3.7 < min(copies) and max(copies) < 4.2  # data/README.md: "3.8–4.1 fp32 copies"
+    readme = (Path(__file__).resolve().parent.parent / "data" / "README.md").read_text()
+    assert "3.8–4.1 fp32 copies" in readme and (
+        f"charges the {validation.VLLM.sampler_copies:g} fitted mostly" in readme)
     assert ("1.89 GiB, 3.86 fp32 copies of its 1,024 × 128,256" in reasons["lp01"]
             and "charges 4.93 GiB besides weights and KV where the log spends 2.14" in reasons["lp01"])
     # PR #2031: 31,615 blocks of 16 tokens before the fix

@@ -383,11 +383,13 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
         vocab = load_model(row["model_slug"]).architecture.vocab_size
         copy = rows * vocab * 4 / GIB  # one fp32 tensor of the dummy sampling pass's logits
         charged = (pool.activation_peak_bytes + pool.non_torch_bytes) / GIB
-        return (f"vLLM {row['engine_version']} on an H100 (the llm-d planner's sweep) prints a "
+        gpus = "one H100" if pool.n_gpus == 1 else f"{pool.n_gpus} H100s"
+        return (f"vLLM {row['engine_version']} on {gpus} (the llm-d planner's sweep) prints a "
                 f"torch peak of {peak:.2f} GiB, {peak / copy:.2f} fp32 copies of its "
                 f"{rows:,} × {vocab:,} dummy sampling logits, where kvlib's rule before 0.21 "
-                f"charges {overheads.sampler_copies:g} copies, fitted on earlier releases "
-                f"({pool.activation_sampler_bytes / GIB:.2f} GiB); with "
+                f"charges {overheads.sampler_copies:g} copies "
+                f"({pool.activation_sampler_bytes / GIB:.2f} GiB), fitted mostly on earlier "
+                f"releases; with "
                 f"{pool.non_torch_bytes / GIB:.2f} GiB outside torch against the log's "
                 f"{outside:.2f}, kvlib charges {charged:.2f} GiB besides weights and KV where "
                 f"the log spends {peak + outside:.2f}")
