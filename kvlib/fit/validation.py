@@ -383,7 +383,8 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
         vocab = load_model(row["model_slug"]).architecture.vocab_size
         copy = rows * vocab * 4 / GIB  # one fp32 tensor of the dummy sampling pass's logits
         charged = (pool.activation_peak_bytes + pool.non_torch_bytes) / GIB
-        gpus = "one H100" if pool.n_gpus == 1 else f"{pool.n_gpus} H100s"
+        name = load_gpu(row["gpu_slug"]).name
+        gpus = f"one {name}" if pool.n_gpus == 1 else f"{pool.n_gpus} × {name}"
         return (f"vLLM {row['engine_version']} on {gpus} (the llm-d planner's sweep) prints a "
                 f"torch peak of {peak:.2f} GiB, {peak / copy:.2f} fp32 copies of its "
                 f"{rows:,} × {vocab:,} dummy sampling logits, where kvlib's rule before 0.21 "
