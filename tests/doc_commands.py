@@ -105,9 +105,16 @@ def sh(clone: Path, command: str, data: bool | str = True) -> subprocess.Complet
     return result
 
 
+#: How much lower a ``Started`` run's CPU priority is than the session's (``os.nice``).
+BACKGROUND_NICENESS = 10
+
+
 class Started:
     """``sh`` started in the background: ``finish()`` waits for it and returns what ``sh``
-    would have (the command must succeed); its output goes to files beside ``clone``."""
+    would have (the command must succeed); its output goes to files beside ``clone``. It runs
+    at a lower CPU priority (``BACKGROUND_NICENESS``) than the test session that started it,
+    which its results wait for at the session's end while every test before then waits on the
+    session's one process."""
 
     def __init__(self, clone: Path, command: str, data: bool | str = True) -> None:
         self.command = command
@@ -115,7 +122,8 @@ class Started:
         self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115
         self.process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", command], cwd=clone,
                                         env=_env(clone, data), stdout=self.out, stderr=self.err,
-                                        text=True)
+                                        text=True,
+                                        preexec_fn=lambda: os.nice(BACKGROUND_NICENESS))
 
     def finish(self) -> subprocess.CompletedProcess:
         self.process.wait(timeout=900)
