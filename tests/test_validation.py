@@ -62,6 +62,9 @@ def test_is_dense():
 
 def test_every_memory_miss_reason_is_computed_from_the_logs():
     reasons = validation.memory_miss_reasons()
+    # the fresh set: lp01–lp12 (lp06, an fp32 KV cache, names no registry model)
+    assert validation.fresh_log_ids() == [f"lp{i:02d}" for i in range(1, 13)]
+    assert set(validation.SMALL_SAMPLER_LOGS) < set(validation.fresh_log_ids())
     assert set(reasons) == {"el01", "el02", "el07", "el30", "vl02", "el45", "el47", "el48",
                             "el49", "el50", "el51", "el52", *validation.SMALL_SAMPLER_LOGS}
     # lp01 (Llama-3.1-8B, vLLM 0.19.0, H100, 1,024 sequences): one fp32 copy of 1,024 × 128,256

@@ -401,6 +401,17 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
             **{i: small_sampler(i) for i in SMALL_SAMPLER_LOGS}}
 
 
+#: Where the fresh held-out set of start-up logs comes from: the llm-d planner's sweep of vLLM
+#: 0.19.0 on H100-80GB (data/README.md, lp01–lp12). No fit or design choice uses them.
+FRESH_LOG_SOURCE = "github.com/llm-d-incubation/llm-d-planner/"
+
+
+def fresh_log_ids() -> list[str]:
+    """The ids of ``engine_logs.csv``'s fresh held-out set (``FRESH_LOG_SOURCE``), in file order."""
+    logs = engine_logs()
+    return list(logs.index[logs["source_url"].str.contains(FRESH_LOG_SOURCE, regex=False)])
+
+
 #: The llm-d planner's vLLM 0.19.0 logs (one H100-80GB node, 1,024 sequences) beyond the
 #: appendix's lines (±10%, ±3% for dense models): a dummy sampling pass far below the fitted
 #: term of the rule before 0.21 (``memory_miss_reasons``).
