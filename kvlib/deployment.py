@@ -62,8 +62,9 @@ class VLLMMemoryRules:
     with a feature of ``vllm_fallbacks``); the default
     ``gpu_memory_utilization``; whether the CUDA-graph estimate is subtracted before the KV
     cache is sized; sampler_term: how kvlib charges the dummy sampling pass ("fitted": the
-    calibrated fp32 copies, ``Overheads.sampler_copies``; "logits": one logits tensor in the
-    model dtype, ``Overheads.v2_logit_bytes``); the activation profile and tensor-parallel
+    calibrated fp32 copies of the sorting pipeline, ``Overheads.sampler_copies``; "triton":
+    the tensors of the Triton top-k/top-p path, ``Overheads.triton_fp32_tensors``; "logits":
+    one logits tensor in the model dtype, ``Overheads.logit_bytes``); the activation profile and tensor-parallel
     buffers, in words; source."""
 
     since: str
@@ -80,7 +81,7 @@ class VLLMMemoryRules:
 
     @property
     def label(self) -> str:
-        """The releases and runner in words: "before 0.21", "0.25–0.28, V2 runner"."""
+        """The releases and runner in words: "before 0.17", "0.25–0.28, V2 runner"."""
         if not self.since:
             return f"before {_minor(self.until)}"
         first = _minor(self.since)

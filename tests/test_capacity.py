@@ -34,17 +34,19 @@ def test_article_example_every_term_budget_minus_weights():
 
 
 def test_article_example_with_vllm_overheads():
-    # sampler peak: 8.55 × 1,024 rows × 128,256 vocab × 4 B = 4,491,648,737 (sampled rows
+    # sampler peak: 8.5 × 1,024 rows × 128,256 vocab × 4 B = 4,465,360,896 (sampled rows
     # default to 1,024 on an H100); forward: 1.675 × 8,192 × (4,096 + 2 × 14,336) × 2 B, smaller
     p = kv_pool("llama-3.1-8b", "h100-sxm")
     assert p.max_num_seqs == 1024
-    assert p.activation_sampler_bytes == int(8.55 * 1024 * 128_256 * 4)
+    assert p.activation_sampler_bytes == int(8.5 * 1024 * 128_256 * 4) == 4_465_360_896
     assert p.activation_forward_bytes == int(1.675 * 8192 * 32_768 * 2)
     assert p.activation_peak_bytes == p.activation_sampler_bytes
-    assert p.non_torch_bytes == round(0.75 * GIB)
+    assert p.non_torch_bytes == round(0.94 * GIB)
     assert p.available_kv_bytes == (p.budget_bytes - p.weights_bytes_per_gpu
                                     - p.activation_peak_bytes - p.non_torch_bytes)
-    assert p.tokens == p.num_blocks * 16 == 421_120
+    # 0.9 × 85,061,827,297 − 16,060,522,496 weights − 4,465,360,896 − 1,009,317,315 =
+    # 55,020,443,860 B; ÷ 2 MiB blocks (16 tokens × 131,072 B) → 26,235 blocks
+    assert p.tokens == p.num_blocks * 16 == 419_760
     terms = p.terms()
     assert terms["bytes"].iloc[-1] == p.kv_bytes_per_gpu
 
@@ -64,10 +66,10 @@ def test_tensor_parallel_shards_weights_and_kv_heads():
 
 
 def test_bf16_70b_does_not_fit_two_h100s_with_vllm_overheads():
-    # 70.6 B params × 2 B / 2 GPUs = 65.7 GiB of weights + activations + 0.75 + 2.71 GiB
+    # 70.6 B params × 2 B / 2 GPUs = 65.7 GiB of weights + activations + 0.94 + 2.54 GiB
     # non-torch (NVLink TP) > 0.9 × 79.22 = 71.30 GiB: a one-line refusal naming every term
     with pytest.raises(NoKVMemory, match=r"weights 6\d\.\d\d GiB \+ activations .* non-torch "
-                       r"3\.46 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 GiB") as err:
+                       r"3\.48 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 GiB") as err:
         kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
     assert err.value.pool.available_kv_bytes < 0 and isinstance(err.value, ValueError)
     assert kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, weight_dtype="fp8").tokens > 150_000
@@ -268,27 +270,30 @@ def test_the_model_runner_each_release_gives_a_model():
 
 
 def test_the_v2_runner_of_0_22_to_0_32_profiles_bf16_logits_only():
-    # Qwen3-8B on an RTX 4090 at 256 sequences: V1's fitted 8.55 fp32 copies are 1.24 GiB; the
-    # V2 runner of 0.27.1 holds one bf16 logits tensor, 2 × 256 × 151,936 B = 0.07 GiB, under
-    # the forward pass's 0.18 GiB: the pool grows by the 1.24 − 0.18 GiB difference
+    # Qwen3-8B on an RTX 4090 at 256 sequences: 0.21.0's V1 runner (Triton top-k/top-p) holds
+    # the bf16 logits, three fp32 tensors of them and a buffer of 128 vocabulary rows (one per
+    # SM): (2 × 256 + 4 × (3 × 256 + 128)) × 151,936 B = 0.58 GiB; the V2 runner of 0.27.1 holds
+    # one bf16 logits tensor, 2 × 256 × 151,936 B = 0.07 GiB, under the forward pass's 0.18 GiB:
+    # the pool grows by the 0.58 − 0.18 GiB difference
     v1 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.21.0",
                                        max_num_batched_tokens=2048))
     v2 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.27.1",
                                        max_num_batched_tokens=2048))
     assert (v1.model_runner, v2.model_runner) == ("v1", "v2")
-    assert v1.activation_sampler_bytes == int(8.55 * 256 * 151_936 * 4)
+    assert v1.activation_sampler_bytes == (2 * 256 + 4 * (3 * 256 + 128)) * 151_936
     assert v2.activation_sampler_bytes == 2 * 256 * 151_936
     assert v2.activation_peak_bytes == v2.activation_forward_bytes == v1.activation_forward_bytes
     assert v2.available_kv_bytes - v1.available_kv_bytes == (
         v1.activation_sampler_bytes - v1.activation_forward_bytes)
-    # the pinned 0.33.0 profiles the fp32 pipeline again: the fitted term, as the book's default
+    # the pinned 0.33.0 profiles the fp32 pipeline again: the fitted term (8.5 × 256 × 151,936
+    # × 4 B = 1.23 GiB), as the book's default
     book = kv_pool("qwen3-8b", "rtx-4090", max_num_batched_tokens=2048)
     pinned = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.33.0",
                                            gpu_memory_utilization=0.9,
                                            max_num_batched_tokens=2048))
     assert book.model_runner == pinned.model_runner == "v2"
     assert book.activation_sampler_bytes == pinned.activation_sampler_bytes == (
-        v1.activation_sampler_bytes)
+        capacity.sampler_bytes(VLLM, "fitted", 256, 151_936)) == int(8.5 * 256 * 151_936 * 4)
     assert book.tokens == pinned.tokens
     assert kv_pool("qwen3-8b", "rtx-4090", overheads=capacity.NO_OVERHEADS,
                    engine_version="0.27.1").activation_peak_bytes == 0
@@ -300,7 +305,11 @@ def test_one_default_utilization_per_version_and_the_books_own():
     v19 = kv_pool(deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.19.0"))
     assert (book.gpu_memory_utilization, v19.gpu_memory_utilization,
             v33.gpu_memory_utilization) == (0.9, 0.9, 0.92)
-    assert v19.tokens == book.tokens
+    # the same budget at 0.9; 0.19.0 charges the Triton sampling pass, (2 × 1,024 + 4 × (3 ×
+    # 1,024 + 132)) × 128,256 B = 1,906,397,184 B, where 0.33.0 charges the fitted 4,465,360,896
+    assert v19.budget_bytes == book.budget_bytes
+    assert v19.activation_sampler_bytes == (2 * 1024 + 4 * (3 * 1024 + 132)) * 128_256
+    assert v19.available_kv_bytes - book.available_kv_bytes == 4_465_360_896 - 1_906_397_184
     # 0.02 × 79.22 GiB (the H100's CUDA total) = 1.58 GiB more budget at 0.92
     assert v33.budget_bytes - book.budget_bytes == pytest.approx(0.02 * 79.22 * GIB, rel=1e-3)
     given = deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.33.0",
@@ -341,19 +350,42 @@ def test_tp_add_on_depends_on_the_interconnect():
     assert capacity.tp_link(h100, 1) is None and capacity.tp_link(h100, 8) == "nvlink"
     assert capacity.tp_link(l40s, 2) == capacity.tp_link(l40s, 8) == "pcie"
     assert capacity.tp_link(nvl, 2) == "nvlink" and capacity.tp_link(nvl, 4) == "pcie"
-    # NVLink adds the fitted 2.71 GiB to the 0.75 GiB base; PCIe adds nothing
-    assert VLLM.non_torch_for(h100, 2) == round(0.75 * GIB) + round(2.71 * GIB)
-    assert VLLM.non_torch_for(l40s, 4) == VLLM.non_torch_for(l40s, 1) == round(0.75 * GIB)
+    # NVLink adds the fitted 2.54 GiB to the 0.94 GiB base; PCIe adds nothing
+    assert VLLM.non_torch_for(h100, 2) == round(0.94 * GIB) + round(2.54 * GIB)
+    assert VLLM.non_torch_for(l40s, 4) == VLLM.non_torch_for(l40s, 1) == round(0.94 * GIB)
 
 
 def test_qwen3_next_on_four_l40s_fits_without_the_nvlink_add_on():
     # A public 4 × L40S start-up log of this model started (134 blocks); with the NVLink add-on
-    # the pool was 1.32 − 2.71 = −1.39 GiB, now 1.32 GiB per GPU
+    # the pool would be 1.13 − 2.54 = −1.41 GiB, it is 1.13 GiB per GPU
     d = deployment.Deployment("qwen3-next-80b-a3b", "l40s", tp=4)
     pool = kv_pool(d)
-    assert pool.tp_link == "pcie" and 1.2 * GIB < pool.available_kv_bytes < 1.4 * GIB
+    assert pool.tp_link == "pcie" and 1.1 * GIB < pool.available_kv_bytes < 1.2 * GIB
     nvlink_rule = dataclasses.replace(VLLM, non_torch_tp_pcie_bytes=VLLM.non_torch_tp_bytes)
-    with pytest.raises(NoKVMemory, match="non-torch 3.46 GiB"):
+    with pytest.raises(NoKVMemory, match="non-torch 3.48 GiB"):
         kv_pool(d, overheads=nvlink_rule)
     refused = capacity.pool_arithmetic(d, overheads=nvlink_rule)
-    assert refused.num_blocks == 0 and round(refused.available_kv_bytes / GIB, 2) == -1.39
+    assert refused.num_blocks == 0 and round(refused.available_kv_bytes / GIB, 2) == -1.41
+
+
+def test_the_triton_sampling_pass_of_0_17_is_read_in_the_source():
+    # vLLM 0.17–0.20 (V1): the bf16 logits, three fp32 tensors (fp32 logits, probabilities,
+    # exponential noise) and the Triton kernel's buffer of min(next_pow2(min(SMs, rows)), SMs)
+    # vocabulary rows. Llama-3.1-8B on an H100 (132 SMs) at 1,024 rows:
+    # (2 × 1,024 + 4 × (3 × 1,024 + 132)) × 128,256 B = 1,906,397,184 B, 3.63 fp32 copies
+    h100, a100 = kvlib.load_gpu("h100-sxm"), kvlib.load_gpu("a100-80gb")
+    assert capacity.sampler_bytes(VLLM, "triton", 1024, 128_256, h100) == 1_906_397_184
+    # 100 rows on an A100 (108 SMs): 100 programs, a buffer of min(128, 108) = 108 rows
+    assert capacity.sampler_bytes(VLLM, "triton", 100, 1000, a100) == (2 * 100 + 4 * (300 + 108)) * 1000
+    # 20 rows: 20 programs, a buffer of next_pow2(20) = 32 rows
+    assert capacity.sampler_bytes(VLLM, "triton", 20, 1000, a100) == (2 * 20 + 4 * (60 + 32)) * 1000
+    # below 8 rows the release sorts: the fitted term
+    assert capacity.sampler_bytes(VLLM, "triton", 4, 1000, a100) == int(VLLM.sampler_copies * 4 * 1000 * 4)
+    assert capacity.sampler_bytes(capacity.NO_OVERHEADS, "triton", 1024, 128_256, h100) == 0
+    with pytest.raises(ValueError, match="compute_units"):
+        capacity.sampler_bytes(VLLM, "triton", 1024, 128_256,
+                               dataclasses.replace(h100, compute_units=None))
+    with pytest.raises(ValueError, match="compute_units"):
+        dataclasses.replace(h100, compute_units=0)
+    rules = deployment.vllm_memory_rules("0.19.0")
+    assert rules.sampler_term == "triton" and deployment.vllm_memory_rules("0.16.0").sampler_term == "fitted"

@@ -80,15 +80,15 @@ def test_fit_by_hand():
     sampler = int(VLLM.sampler_copies * 1024 * 128_256 * 4)  # 1,024 rows of fp32 logits
     available = budget - weights - max(forward, sampler) - VLLM.non_torch_bytes
     block = 16 * 32 * 2 * 8 * 128 * 2  # 16 tokens × 32 layers × K and V × 8 heads × 128 × 2 B
-    blocks = available // block  # 26,320 with the calibrated overheads
+    blocks = available // block  # 26,235 with the calibrated overheads
     assert data["available_kv_bytes"] == available
-    assert data["kv_bytes_per_gpu"] == blocks * block == 26_320 * 2 * 1024**2
-    assert data["kv_tokens"] == blocks * 16 == 421_120
-    assert data["max_concurrency"] == blocks / (8192 // 16) == 51.40625
+    assert data["kv_bytes_per_gpu"] == blocks * block == 26_235 * 2 * 1024**2
+    assert data["kv_tokens"] == blocks * 16 == 419_760
+    assert data["max_concurrency"] == blocks / (8192 // 16) == 51.240234375
     assert data["fits"] is True
     text = run("fit", "llama-3.1-8b", "h100-sxm").stdout  # defaults: --util 0.9 --context 8192
-    assert "55,197,040,640 bytes = 51.41 GiB" in text and "421,120" in text
-    assert "requests of 8,192 tokens  51.41" in text
+    assert "55,018,782,720 bytes = 51.24 GiB" in text and "419,760" in text
+    assert "requests of 8,192 tokens  51.24" in text
 
 
 def test_fit_reports_speed_per_user_and_the_error_band():
@@ -188,7 +188,7 @@ def test_fit_tensor_parallel_and_no_fit():
     # 2 × H100: ~65.7 GiB of weights per GPU + overheads exceed the 71.3 GiB budget
     out = run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "2")
     assert out.returncode == 0 and "does not fit" in out.stdout
-    assert "non-torch 3.46 GiB ≥ 0.9 × 79.22 GiB = 71.30 GiB per GPU" in out.stdout
+    assert "non-torch 3.48 GiB ≥ 0.9 × 79.22 GiB = 71.30 GiB per GPU" in out.stdout
     assert json.loads(run("fit", "llama-3.1-70b", "h100-sxm", "--tp", "2", "--json").stdout)[
         "fits"] is False
 
@@ -201,8 +201,8 @@ def test_fit_refuses_a_context_past_the_models_maximum_unless_overridden():
     assert run("fit", "llama-3.1-8b", "h100-sxm", "--context", "131072").returncode == 0
     data = json.loads(run("fit", "llama-3.1-8b", "h100-sxm", "--context", "10000000",
                           "--allow-long-context", "--json").stdout)
-    # 421,120 pool tokens ÷ 10,000,000 tokens per request (625,000 blocks of 16)
-    assert data["fits"] is False and data["max_concurrency"] == 26_320 / 625_000
+    # 419,760 pool tokens ÷ 10,000,000 tokens per request (625,000 blocks of 16)
+    assert data["fits"] is False and data["max_concurrency"] == 26_235 / 625_000
 
 
 def test_cost_by_hand():

@@ -196,7 +196,7 @@ def test_parameter_refusals_are_listed():
             == Model.from_hf_config(laguna).kv_bytes_per_token("bf16") == 2 * 40 * 8 * 128 * 2)
     # outside Laguna, differing per-layer query heads are still refused (for the weights)
     qwen = RECORDS["qwen3-0.6b"]["config"]
-    with pytest.raises(ValueError, match="'num_attention_heads_per_layer' \(query heads"):
+    with pytest.raises(ValueError, match=r"'num_attention_heads_per_layer' \(query heads"):
         Model.from_hf_config({**qwen, "num_attention_heads_per_layer": [16, 8] * 14})
 
 

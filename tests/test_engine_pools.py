@@ -201,46 +201,46 @@ def test_tensorrt_llm_h100_defaults_by_hand():
     assert (p.free_gpu_memory_fraction, p.tokens_per_block, p.max_batch_size,
             p.max_num_tokens) == (0.9, 32, 2048, 8192)
     # activation (kvlib's assumption): 1.675 · 8192 tokens · (4096 + 2·14,336) · 2 B
-    # = 1.675 · 8192 · 32,768 · 2 = 899,258,777 B; non-torch 0.75 GiB = 805,306,368 B (TP 1)
+    # = 1.675 · 8192 · 32,768 · 2 = 899,258,777 B; non-torch 0.94 GiB = 1,009,317,315 B (TP 1)
     assert p.activation_peak_bytes == int(1.675 * 8192 * 32_768 * 2) == 899_258_777
-    assert p.non_torch_bytes == 805_306_368
-    # free = 85,061,827,297 − 16,060,522,496 − 899,258,777 − 805,306,368 = 67,296,739,656 B;
-    # × 0.9 = 60,567,065,690 B; ⌊/ 131,072⌋ = 462,090 tokens → ⌈462,090 / 32⌉ = 14,441 blocks
-    # = 462,112 tokens
-    assert p.free_after_profile_bytes == 67_296_739_656
-    assert p.available_kv_bytes == 60_567_065_690
-    assert p.bytes_per_token == 131_072 and p.max_tokens == 462_090
-    assert p.num_blocks == 14_441 and p.tokens == 462_112
-    assert p.max_concurrency(8192) == 14_441 / 256
+    assert p.non_torch_bytes == 1_009_317_315
+    # free = 85,061,827,297 − 16,060,522,496 − 899,258,777 − 1,009,317,315 = 67,092,728,709 B;
+    # × 0.9 = 60,383,455,838 B; ⌊/ 131,072⌋ = 460,689 tokens → ⌈460,689 / 32⌉ = 14,397 blocks
+    # = 460,704 tokens
+    assert p.free_after_profile_bytes == 67_092_728_709
+    assert p.available_kv_bytes == 60_383_455_838
+    assert p.bytes_per_token == 131_072 and p.max_tokens == 460_689
+    assert p.num_blocks == 14_397 and p.tokens == 460_704
+    assert p.max_concurrency(8192) == 14_397 / 256
     assert p.terms()["bytes"].iloc[-1] == p.kv_bytes_per_gpu
 
 
 def test_tensorrt_llm_max_tokens_cap_and_fraction():
     p = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-sxm", max_tokens=100_000)
-    # min(462,090, 100,000) = 100,000 → ⌈100,000 / 32⌉ = 3,125 blocks
+    # min(460,689, 100,000) = 100,000 → ⌈100,000 / 32⌉ = 3,125 blocks
     assert p.max_tokens == 100_000 and p.num_blocks == 3_125 and p.tokens == 100_000
     half = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-sxm", gpu_memory_utilization=0.45)
-    assert half.available_kv_bytes == int(0.45 * 67_296_739_656)
+    assert half.available_kv_bytes == int(0.45 * 67_092_728_709)
     mla = tensorrt_llm.kv_pool("deepseek-v3", "h200", tp=8, weights="fp8")
     assert mla.bytes_per_token == 70_272  # (512 + 64) · 61 · 2, not divided by TP
 
 
 def test_tensorrt_llm_refuses_to_start_without_kv_memory():
-    # Llama-3.1-70B bf16 on one H100: 131.42 + 1.67 + 0.75 GiB = 133.84 GiB > 79.22 GiB
+    # Llama-3.1-70B bf16 on one H100: 131.42 + 1.67 + 0.94 GiB = 134.03 GiB > 79.22 GiB
     with pytest.raises(kvlib.NoKVMemory, match=r"weights 131\.42 GiB \+ activation peak 1\.67 GiB "
-                       r"\+ non-torch 0\.75 GiB ≥ device total 79\.22 GiB per GPU: TensorRT-LLM's "
+                       r"\+ non-torch 0\.94 GiB ≥ device total 79\.22 GiB per GPU: TensorRT-LLM's "
                        "max_tokens would be 0") as refused:
         tensorrt_llm.kv_pool("llama-3.1-70b", "h100-sxm")
     assert refused.value.pool.tokens == 0 and refused.value.pool.max_concurrency(8192) == 0.0
 
 
 def test_tensorrt_llm_non_torch_add_on_follows_the_link():
-    # TP 2 over PCIe (H100 PCIe): vLLM's PCIe add-on, 0 — 0.75 GiB = 805,306,368 B as at TP 1;
-    # over NVSwitch (H100 SXM): + round(2.71 GiB) = 2,909,840,343 B → 3,715,146,711 B
+    # TP 2 over PCIe (H100 PCIe): vLLM's PCIe add-on, 0 — 0.94 GiB = 1,009,317,315 B as at TP 1;
+    # over NVSwitch (H100 SXM): + round(2.54 GiB) = 2,727,304,233 B → 3,736,621,548 B
     pcie = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-pcie", tp=2)
     nvlink = tensorrt_llm.kv_pool("llama-3.1-8b", "h100-sxm", tp=2)
-    assert (pcie.tp_link, pcie.non_torch_bytes) == ("pcie", 805_306_368)
-    assert (nvlink.tp_link, nvlink.non_torch_bytes) == ("nvlink", 3_715_146_711)
+    assert (pcie.tp_link, pcie.non_torch_bytes) == ("pcie", 1_009_317_315)
+    assert (nvlink.tp_link, nvlink.non_torch_bytes) == ("nvlink", 3_736_621_548)
     assert "tensor-parallel buffers, pcie" in pcie.terms()["term"][3]
     assert "tensor-parallel buffers, nvlink" in nvlink.terms()["term"][3]
     assert tensorrt_llm.kv_pool("llama-3.1-8b", "h100-pcie").tp_link is None
@@ -252,7 +252,7 @@ def test_tensorrt_llm_non_torch_add_on_follows_the_link():
 def test_dispatch_on_engine_and_vllm_unchanged():
     d = Deployment("llama-3.1-8b", "h100-sxm")
     assert kvlib.kv_pool(d) == capacity.kv_pool(d) and isinstance(kvlib.kv_pool(d), kvlib.Pool)
-    assert kvlib.kv_pool(d).tokens == 421_120  # chapter 4's vLLM pool (26,320 blocks × 16)
+    assert kvlib.kv_pool(d).tokens == 419_760  # chapter 4's vLLM pool (26,235 blocks × 16)
     assert type(kvlib.kv_pool(d.with_(engine="sglang"))) is sglang.SGLangPool
     assert type(kvlib.kv_pool(d.with_(engine="tensorrt-llm"))) is tensorrt_llm.TensorRTLLMPool
     with pytest.raises(ValueError, match="overheads"):
@@ -261,22 +261,22 @@ def test_dispatch_on_engine_and_vllm_unchanged():
 
 def test_engine_comparison_keeps_a_row_for_a_refused_engine():
     # Llama-3.1-70B fp8 on one H100: vLLM and SGLang (67.67 GiB of weights ≥ its 66.15) refuse;
-    # TensorRT-LLM: 0.9 · (85,061,827,297 − 72,656,371,712 − 1,798,517,555 − 805,306,368 B)
-    # = 8,821,468,495 B; ⌊/ 327,680⌋ = 26,920 tokens → 842 blocks of 32 = 26,944 tokens
+    # TensorRT-LLM: 0.9 · (85,061,827,297 − 72,656,371,712 − 1,798,517,555 − 1,009,317,315 B)
+    # = 8,637,858,643 B; ⌊/ 327,680⌋ = 26,360 tokens → 824 blocks of 32 = 26,368 tokens
     t = pools.engine_comparison("llama-3.1-70b", "h100-sxm", context_tokens=8192, weights="fp8")
-    assert list(t["tokens"]) == [0, 0, 26_944] and list(t["kv_gib"][:2]) == [0.0, 0.0]
+    assert list(t["tokens"]) == [0, 0, 26_368] and list(t["kv_gib"][:2]) == [0.0, 0.0]
     assert list(t["concurrency"][:2]) == [0.0, 0.0]
-    assert math.isclose(t["concurrency"][2], 842 / 256)
+    assert math.isclose(t["concurrency"][2], 824 / 256)
 
 
 def test_engine_comparison_table():
     t = pools.engine_comparison("llama-3.1-8b", "h100-sxm", context_tokens=8192)
     assert list(t["engine"]) == ["vllm", "sglang", "tensorrt-llm"]
-    assert list(t["tokens"]) == [421_120, 419_358, 462_112]
+    assert list(t["tokens"]) == [419_760, 419_358, 460_704]
     assert list(t["block_tokens"]) == [16, 1, 32]
     assert list(t["waste_tokens"]) == [7.5, 0.0, 15.5]  # (P − 1) / 2
     assert list(t["max_running"]) == [1024, 2048, 2048]
-    assert math.isclose(t["concurrency"][2], 14_441 / 256)
+    assert math.isclose(t["concurrency"][2], 14_397 / 256)
 
 
 # --- against the start-up logs ------------------------------------------------------------------
@@ -314,13 +314,13 @@ def test_error_per_engine_against_the_logs():
     # 52.51 GiB into ⌊860,323.8⌋ = 860,323 tokens against 860,320 logged …
     assert abs(v.loc[("el44", "KV tokens from logged KV memory"), "error"]) < 1e-5
     # … and the whole pool, 0.8 · (85,899,345,920 of datasheet memory − 9,081,200,640 of fp8
-    # weights − 2,585,368,985 of activations (1.675 · 23,552 · 32,768 · 2) − 805,306,368
-    # non-torch) = 58,741,975,941 B → 896,331 tokens → 28,011 blocks = 896,352 tokens, is 4.19%
+    # weights − 2,585,368,985 of activations (1.675 · 23,552 · 32,768 · 2) − 1,009,317,315
+    # non-torch) = 58,578,767,184 B → 893,841 tokens → 27,933 blocks = 893,856 tokens, is 3.90%
     # above the log: reported, not fitted (the CUDA total of an H100 PCIe, which gpus.csv lacks,
     # is below the 80 GiB used, and the log prints no profiling peak to split the rest)
     trt = v.loc[("el44", "KV tokens")]
-    assert trt["predicted"] == 896_352 and trt["logged"] == 860_320
-    assert 0.041 < trt["error"] < 0.043
+    assert trt["predicted"] == 893_856 and trt["logged"] == 860_320
+    assert 0.038 < trt["error"] < 0.040
     assert errors.loc[("tensorrt-llm", "full"), "count"] == 2  # K+V memory and tokens of el44
     # el56 (SGLang's own clean-startup reference log, Qwen3-8B on one B200, April 2026 main, a
     # 0.5.x build, default fraction): the cell 36 · 8 · 128 · 2 · 2 B = 147,456 B turns the logged

@@ -69,7 +69,8 @@ def test_deepseek_v3_2_on_rocm_runs_on_v1_from_0_29_to_0_31():
 
 def test_a_fallback_changes_the_pool_to_the_v1_runners():
     # Qwen3-8B on an RTX 4090, vLLM 0.27.1: n-gram speculation puts it back on the V1 runner,
-    # whose fitted fp32 sampler term the 0.21.0 pool charges too (n-gram adds no draft)
+    # whose Triton sampling pass the 0.21.0 pool charges too (n-gram adds no draft): the bf16
+    # logits, three fp32 tensors and 128 vocabulary rows of buffer (one per SM of the RTX 4090)
     v2 = kv_pool(Deployment("qwen3-8b", "rtx-4090", engine_version="0.27.1",
                             max_num_batched_tokens=2048))
     ngram = kv_pool(Deployment("qwen3-8b", "rtx-4090", engine_version="0.27.1",
@@ -77,8 +78,8 @@ def test_a_fallback_changes_the_pool_to_the_v1_runners():
     v1 = kv_pool(Deployment("qwen3-8b", "rtx-4090", engine_version="0.21.0",
                             max_num_batched_tokens=2048, speculative="ngram:3:0.4"))
     assert (v2.model_runner, ngram.model_runner) == ("v2", "v1")
-    assert ngram.activation_sampler_bytes == v1.activation_sampler_bytes == int(
-        8.55 * 256 * 151_936 * 4)
+    assert ngram.activation_sampler_bytes == v1.activation_sampler_bytes == (
+        2 * 256 + 4 * (3 * 256 + 128)) * 151_936
     assert ngram.tokens == v1.tokens < v2.tokens
 
 

@@ -64,12 +64,18 @@ class Overheads:
     attention) — bf16 activations;
     sampler_copies: the dummy sampling step's peak is ``sampler_copies × min(max_num_seqs,
     max_num_batched_tokens) × vocab × 4`` bytes (fp32 logits, softmax, log-softmax, sort
-    values and int64 indices) where the release's runner profiles the fp32 pipeline (rules
-    with ``sampler_term`` "fitted": the V1 runner, and V2 from 0.33); v2_logit_bytes: where it
-    does not (vLLM 0.22–0.32's V2 runner, ``sampler_term`` "logits": one sampler pass with no
-    sampling parameters over the lm_head output) the peak is ``v2_logit_bytes × rows × vocab``,
-    the logits in the model dtype (bf16: 2; read in the source, not fitted); the activation
-    peak is the larger of the forward and sampling peaks;
+    values and int64 indices) where the release's runner profiles the sorting fp32 pipeline
+    (rules with ``sampler_term`` "fitted": the V1 runner before 0.17, and V2 from 0.33);
+    triton_fp32_tensors: where the release masks top-k/top-p with its Triton kernel instead
+    of a sort (``sampler_term`` "triton": the V1 runner from 0.17, at 8 rows or more) the
+    peak is the logits in the model dtype plus ``triton_fp32_tensors`` fp32 tensors of rows ×
+    vocab (the fp32 logits, the softmax probabilities, the exponential noise: 3, read in the
+    source, not fitted) plus the kernel's buffer of one fp32 vocabulary row per program (one
+    program per streaming multiprocessor, ``GPU.compute_units``); logit_bytes: bytes of one
+    logit in the model dtype (bf16: 2; read in the source); where the runner samples the
+    logits as they are (vLLM 0.22–0.32's V2 runner, ``sampler_term`` "logits": one sampler
+    pass with no sampling parameters over the lm_head output) the peak is ``logit_bytes ×
+    rows × vocab``; the activation peak is the larger of the forward and sampling peaks;
     non_torch_bytes: memory outside torch on one GPU (CUDA/cuBLAS workspaces);
     non_torch_tp_bytes: added when tensor parallelism is on over NVLink-class links (NVLink,
     NVSwitch, xGMI: NCCL plus custom all-reduce and symmetric-memory buffers);
@@ -89,11 +95,13 @@ class Overheads:
     cuda_graph_bytes: int = 0
     source: str = ""
     non_torch_tp_pcie_bytes: int = 0
-    v2_logit_bytes: float = 2.0
+    logit_bytes: float = 2.0
+    triton_fp32_tensors: float = 3.0
 
     def __post_init__(self) -> None:
         for key in ("forward_factor", "sampler_copies", "non_torch_bytes", "non_torch_tp_bytes",
-                    "cuda_graph_bytes", "non_torch_tp_pcie_bytes", "v2_logit_bytes"):
+                    "cuda_graph_bytes", "non_torch_tp_pcie_bytes", "logit_bytes",
+                    "triton_fp32_tensors"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"Overheads.{key} must be >= 0, got {value!r}")
@@ -143,17 +151,20 @@ class NoKVMemory(ValueError):
 #: Calibrated on ``data/engine_logs.csv`` (rows with ``calibration`` = yes) by
 #: ``fit_overheads``: forward_factor from the two RTX-3090 Llama-3.1-8B logs (vllm#10517, the
 #: activation peak grows 0.92 GiB for 9,000 more batched tokens); the other three terms by least
-#: squares on every calibration log's "Available KV cache memory" (the NVLink add-on from the
-#: TP logs on H100 SXM; no fit log has tensor parallelism over PCIe, so its add-on is left at
+#: squares on every calibration log's "Available KV cache memory" (sampler_copies from the logs
+#: whose release sorts; el31, vLLM 0.19.0, masks with the Triton kernel, a term read in the source
+#: that leaves it only the other terms to inform; the NVLink add-on from the TP logs on H100 SXM;
+#: no fit log has tensor parallelism over PCIe, so its add-on is left at
 #: 0: no custom all-reduce buffers there, ``tp_link``). tests/test_capacity.py refits them and
 #: checks these values.
-VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=8.55,
-                 non_torch_bytes=round(0.75 * GIB), non_torch_tp_bytes=round(2.71 * GIB),
+VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=8.5,
+                 non_torch_bytes=round(0.94 * GIB), non_torch_tp_bytes=round(2.54 * GIB),
                  source="data/engine_logs.csv calibration rows; kvlib.fit.validation.fit_overheads",
                  non_torch_tp_pcie_bytes=0)
 #: No overheads at all: the budget minus the weights (the source article's arithmetic).
 NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, sampler_copies=0.0,
-                         non_torch_bytes=0, non_torch_tp_bytes=0, v2_logit_bytes=0.0)
+                         non_torch_bytes=0, non_torch_tp_bytes=0, logit_bytes=0.0,
+                         triton_fp32_tensors=0.0)
 
 
 # --- cache groups ---------------------------------------------------------------------------
@@ -536,7 +547,7 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
                          "config.json fields (build it with Model.from_hf_config)")
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
     rules = d.vllm_rules()
-    sampler = (sampler_bytes(overheads, rules.sampler_term, min(seqs, mnbt), _vocab(arch))
+    sampler = (sampler_bytes(overheads, rules.sampler_term, min(seqs, mnbt), _vocab(arch), g)
                if stage == d.pp - 1 else 0)  # the last stage samples (``profile_run``)
     # the add-on of the link between the GPUs that exchange activations (tp, stages or ranks)
     non_torch = overheads.non_torch_for(g, tp if tp > 1 else d.gpus if communicates(d, tp) else 1)
@@ -567,15 +578,36 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
     return pool
 
 
-def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int) -> int:
+#: The fewest sampled rows vLLM 0.17–0.28 mask with the Triton top-k/top-p kernel; below it they
+#: sort (``apply_top_k_top_p``: "Use pytorch sort implementation for small batch sizes").
+TRITON_MIN_ROWS = 8
+
+
+def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int,
+                  gpu: GPU | None = None) -> int:
     """The dummy sampling pass's peak (bytes) over ``rows`` × ``vocab`` logits, as a release's
     rules charge it (``VLLMMemoryRules.sampler_term``): "fitted", the calibrated fp32 copies;
-    "logits", one logits tensor in the model dtype (vLLM 0.22–0.32's V2 runner)."""
+    "triton", the logits in the model dtype, ``triton_fp32_tensors`` fp32 tensors and the
+    Triton kernel's buffer of ``min(next power of two of min(SMs, rows), SMs)`` vocabulary
+    rows on ``gpu`` (vLLM ``apply_top_k_top_p_triton``; below ``TRITON_MIN_ROWS`` rows the
+    release sorts: "fitted"); "logits", one logits tensor in the model dtype (vLLM
+    0.22–0.32's V2 runner)."""
+    if sampler_term == "triton" and rows >= TRITON_MIN_ROWS:
+        if gpu is None or gpu.compute_units is None:
+            name = "no GPU" if gpu is None else gpu.slug
+            raise ValueError(f"{name}: the Triton sampler's buffer needs the GPU's streaming "
+                             "multiprocessors, and compute_units in data/gpus.csv is empty for it")
+        sms = gpu.compute_units
+        programs = min(sms, rows)
+        buffer_rows = (min(1 << (programs - 1).bit_length(), sms)
+                       if overheads.triton_fp32_tensors else 0)
+        return int(overheads.logit_bytes * rows * vocab
+                   + 4 * vocab * (overheads.triton_fp32_tensors * rows + buffer_rows))
     if sampler_term == "logits":
-        return int(overheads.v2_logit_bytes * rows * vocab)
-    if sampler_term == "fitted":
+        return int(overheads.logit_bytes * rows * vocab)
+    if sampler_term in ("fitted", "triton"):
         return int(overheads.sampler_copies * rows * vocab * 4)
-    raise ValueError(f"unknown sampler_term {sampler_term!r} (fitted, logits)")
+    raise ValueError(f"unknown sampler_term {sampler_term!r} (fitted, triton, logits)")
 
 
 def pool_arithmetic(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,

@@ -72,7 +72,7 @@ def reserve_max_by_context(requests: ArrayLike, pool_tokens: int,
     """Orca (Max) on one pool at several ``max_model_len``: one row each with the reservations that
     fit (⌊pool / max_model_len⌋) and ``reserve_max_shares`` (fractions of the pool).
 
-    E.g. a 421,120-token pool at 131,072 tokens holds 3 reservations.
+    E.g. a 419,760-token pool at 131,072 tokens holds 3 reservations.
     """
     return pd.DataFrame([{"max_model_len": int(m), "reservations": int(pool_tokens // m),
                           **reserve_max_shares(requests, pool_tokens, int(m))}

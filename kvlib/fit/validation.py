@@ -105,19 +105,22 @@ def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
 
 
 def _fit_inputs(forward_factor: float) -> list[dict[str, float]]:
-    """Per fit log: the measured overhead (budget − weights − available) and its terms."""
-    probe = Overheads("probe", forward_factor, 1.0, 0, 0)
+    """Per fit log: the measured overhead (budget − weights − available) and its terms (the
+    sampling peak as a part per fitted copy and a part its rule fixes: "triton" logs)."""
+    one, two = (Overheads("probe", forward_factor, copies, 0, 0) for copies in (1.0, 2.0))
     logs = engine_logs()
     out = []
     for log_id, row in logs.iterrows():
         if row["calibration"] != "fit" or not row["available_kv_gib"]:
             continue
-        pool = log_pool(log_id, probe, use_logged_weights=True)
+        pool = log_pool(log_id, one, use_logged_weights=True)
+        per_copy = log_pool(log_id, two).activation_sampler_bytes - pool.activation_sampler_bytes
         measured = (pool.budget_bytes - pool.weights_bytes_per_gpu
                     - _num(row["available_kv_gib"]) * GIB)
         out.append({"id": log_id, "measured": measured, "forward": pool.activation_forward_bytes,
-                    "sampler_per_copy": pool.activation_sampler_bytes, "tp": pool.n_gpus,
-                    "link": pool.tp_link})
+                    "sampler_per_copy": per_copy,
+                    "sampler_fixed": pool.activation_sampler_bytes - per_copy,
+                    "tp": pool.n_gpus, "link": pool.tp_link})
     return out
 
 
@@ -154,7 +157,8 @@ def fit_overheads(forward_factor: float | None = None) -> Overheads:
         np.array([1.0 if d["link"] == link else 0.0 for d in data]) for link in links])
     best = None
     for k_s in np.arange(0.0, 20.0001, 0.05):
-        act = np.array([max(d["forward"], k_s * d["sampler_per_copy"]) for d in data])
+        act = np.array([max(d["forward"], d["sampler_fixed"] + k_s * d["sampler_per_copy"])
+                        for d in data])
         coef, *_ = np.linalg.lstsq(design, measured - act, rcond=None)
         coef = np.maximum(coef, 0.0)
         sse = float(((measured - act - design @ coef) ** 2).sum())
@@ -279,12 +283,12 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     """Why each memory row of the book's logs misses by more than 10% (and each dense row by
     more than 3%), by log id, each reason computed from the logs: the memory outside torch of
     a consumer card (el01, el02), a weights count that cannot know the kernel path (el07), a
-    2023 engine's profiler (el30, vl02), overheads larger than a 40 GB card's log leaves room
-    for (el45), under vLLM 0.27.1's V2 model runner on an RTX 4090, the memory outside
-    torch of a consumer card again (el48) and a cold compile cache's activation peak (el47),
-    and, under vLLM 0.30.0 on an A10G and an L4, the CUDA-graph estimate kvlib does not size on
-    cards whose CUDA total gpus.csv lacks (el49–el52), and under vLLM 0.19.0 on an H100 a dummy
-    sampling pass far below the fitted term of the rule before 0.21 (``SMALL_SAMPLER_LOGS``)."""
+    2023 engine's profiler (el30, vl02), under vLLM 0.27.1's V2 model runner on an RTX 4090,
+    the memory outside torch of a consumer card again (el48) and a cold compile cache's
+    activation peak (el47), under vLLM 0.30.0 on an A10G and an L4, the CUDA-graph estimate
+    kvlib does not size on cards whose CUDA total gpus.csv lacks (el49–el52), and under vLLM
+    0.19.0 on two H100s, memory outside torch below kvlib's NVLink add-on
+    (``TP_OUTSIDE_TORCH_LOGS``)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -305,18 +309,6 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     profiler = (f"vLLM's December 2023 profiling fix (PR #2031) cut this TP-4 pool from "
                 f"{PRE_PR2031_TOKENS:,} to {post_fix:,.0f} tokens by charging NCCL memory outside "
                 f"torch; kvlib models today's profiler and lands between the two")
-    p45 = log_pool("el45", overheads)
-    left = (p45.budget_bytes - p45.weights_bytes_per_gpu
-            - float(logs.loc["el45", "available_kv_gib"]) * GIB)
-    charged = p45.activation_peak_bytes + p45.non_torch_bytes
-    vocab = load_model(logs.loc["el45", "model_slug"]).architecture.vocab_size
-    el45 = (f"Qwen3-8B on a 40 GB A100 at vLLM's default {p45.max_num_seqs} sequences: kvlib "
-            f"charges {charged / GIB:.2f} GiB besides weights and KV (the dummy sampling pass "
-            f"over the {vocab:,}-token vocabulary, {p45.activation_sampler_bytes / GIB:.2f} GiB, and "
-            f"{p45.non_torch_bytes / GIB:.2f} GiB outside torch) where the log leaves "
-            f"{left / GIB:.2f} GiB of the {p45.gpu_memory_utilization:g} × "
-            f"{p45.total_memory_bytes / GIB:.0f} GiB budget (less on the card's CUDA total, "
-            f"which gpus.csv lacks)")
     def v2_runner(log_id: str) -> str:
         row, pool = logs.loc[log_id], log_pool(log_id, overheads)
         logged_nt, logged_peak = float(row["non_torch_gib"]), float(row["activation_peak_gib"])
@@ -376,29 +368,23 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
                      f"less than el49's fp16 pool at the same settings")
         return text
 
-    def small_sampler(log_id: str) -> str:
+    def tp_outside_torch(log_id: str) -> str:
         row, pool = logs.loc[log_id], log_pool(log_id, overheads)
-        peak, outside = float(row["activation_peak_gib"]), float(row["non_torch_gib"])
-        rows = min(pool.max_num_seqs, pool.max_num_batched_tokens)
-        vocab = load_model(row["model_slug"]).architecture.vocab_size
-        copy = rows * vocab * 4 / GIB  # one fp32 tensor of the dummy sampling pass's logits
-        charged = (pool.activation_peak_bytes + pool.non_torch_bytes) / GIB
+        outside = float(row["non_torch_gib"])
         name = load_gpu(row["gpu_slug"]).name
-        gpus = f"one {name}" if pool.n_gpus == 1 else f"{pool.n_gpus} × {name}"
-        return (f"vLLM {row['engine_version']} on {gpus} (the llm-d planner's sweep) prints a "
-                f"torch peak of {peak:.2f} GiB, {peak / copy:.2f} fp32 copies of its "
-                f"{rows:,} × {vocab:,} dummy sampling logits, where kvlib's rule before 0.21 "
-                f"charges {overheads.sampler_copies:g} copies "
-                f"({pool.activation_sampler_bytes / GIB:.2f} GiB), fitted mostly on earlier "
-                f"releases; with "
-                f"{pool.non_torch_bytes / GIB:.2f} GiB outside torch against the log's "
-                f"{outside:.2f}, kvlib charges {charged:.2f} GiB besides weights and KV where "
-                f"the log spends {peak + outside:.2f}")
+        gap = pool.non_torch_bytes / GIB - outside
+        return (f"vLLM {row['engine_version']} on {pool.n_gpus} × {name} (the llm-d planner's "
+                f"sweep) prints {outside:.2f} GiB outside torch, where kvlib charges "
+                f"{pool.non_torch_bytes / GIB:.2f} ({overheads.non_torch_bytes / GIB:.2f} on one GPU "
+                f"plus the NVLink add-on of {overheads.non_torch_tp_bytes / GIB:.2f} fitted on "
+                f"{' and '.join(tp_fit_logs()['nvlink'])}); the {gap:.2f} GiB is "
+                f"{100 * gap / float(row['available_kv_gib']):.1f}% of its "
+                f"{float(row['available_kv_gib']):.2f} GiB pool")
 
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
-            "el30": profiler, "vl02": profiler, "el45": el45, "el47": v2_runner("el47"),
+            "el30": profiler, "vl02": profiler, "el47": v2_runner("el47"),
             "el48": v2_runner("el48"), **{i: v2_graphs(i) for i in ("el49", "el50", "el51", "el52")},
-            **{i: small_sampler(i) for i in SMALL_SAMPLER_LOGS}}
+            **{i: tp_outside_torch(i) for i in TP_OUTSIDE_TORCH_LOGS}}
 
 
 #: Where the fresh held-out set of start-up logs comes from: the llm-d planner's sweep of vLLM
@@ -412,10 +398,10 @@ def fresh_log_ids() -> list[str]:
     return list(logs.index[logs["source_url"].str.contains(FRESH_LOG_SOURCE, regex=False)])
 
 
-#: The llm-d planner's vLLM 0.19.0 logs (one H100-80GB node, 1,024 sequences) beyond the
-#: appendix's lines (±10%, ±3% for dense models): a dummy sampling pass far below the fitted
-#: term of the rule before 0.21 (``memory_miss_reasons``).
-SMALL_SAMPLER_LOGS = ("lp01", "lp02", "lp03", "lp04", "lp07", "lp08", "lp09", "lp11", "lp12")
+#: The llm-d planner's vLLM 0.19.0 logs (H100-80GB, 1,024 sequences) beyond the appendix's
+#: lines (±10%, ±3% for dense models): memory outside torch under tensor parallelism below
+#: kvlib's NVLink add-on (``memory_miss_reasons``).
+TP_OUTSIDE_TORCH_LOGS = ("lp07",)
 
 
 def engine_pool_validation() -> pd.DataFrame:
@@ -498,7 +484,7 @@ def pool_error_by_group() -> pd.DataFrame:
         for _, r in frame.iterrows():
             if r["engine"] == "vllm":
                 version = (logs.loc[r["id"], "vllm_rules"] if r["id"] in logs.index
-                           else "before 0.21")  # the 2023 logs of data/validation/
+                           else "before 0.17")  # the 2023 logs of data/validation/
             else:  # the pool follows ENGINE_VERSIONS' rules; the log's own version if printed
                 version = logs.loc[r["id"], "engine_version"] or "not printed"
             tp = int(logs.loc[r["id"], "tp"] or logs.loc[r["id"], "n_gpus"] or 1) if (

@@ -48,10 +48,11 @@ class GPU:
     interconnect: str = ""
     link_bytes_per_s: float | None = None
     peer_bytes_per_s: float | None = None
+    compute_units: int | None = None
 
     def __post_init__(self) -> None:
         positive_integer(f"{self.slug}: memory_bytes_stated", self.memory_bytes_stated)
-        for name in ("memory_bytes_runtime", "memory_bytes_nvml"):
+        for name in ("memory_bytes_runtime", "memory_bytes_nvml", "compute_units"):
             value = getattr(self, name)
             if value is not None:
                 positive_integer(f"{self.slug}: {name}", value)
@@ -160,7 +161,8 @@ def _gpu(slug: str, path: Path, mtime: float) -> GPU:
                source=row["source_url"], notes=row["notes"], vendor=row["vendor"],
                interconnect=row["interconnect"],
                link_bytes_per_s=_float_or_none(row["interconnect_bytes_per_s_per_direction"]),
-               peer_bytes_per_s=_float_or_none(row["interconnect_peer_bytes_per_s_per_direction"]))
+               peer_bytes_per_s=_float_or_none(row["interconnect_peer_bytes_per_s_per_direction"]),
+               compute_units=_int_or_none(row.get("compute_units", "")))
 
 
 #: Largest message (bytes) whose all-reduce time is read as latency: below it the published
