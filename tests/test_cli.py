@@ -171,6 +171,25 @@ def test_fit_and_cost_print_the_launch_command():
                              "int4-g128").stdout
 
 
+def test_fit_sizes_the_pool_by_the_vllm_release_named():
+    from kvlib.deployment import Deployment
+    from kvlib.engines.pools import kv_pool
+
+    # vLLM 0.19.0 on one A100 80GB: the release's own default utilization (0.9, before 0.21)
+    # and its Triton sampling pass, the same pool as the library's for that deployment
+    out = run("fit", "llama-3.1-8b", "a100-80gb", "--engine-version", "0.19.0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    pool = kv_pool(Deployment("llama-3.1-8b", "a100-80gb", engine_version="0.19.0",
+                              max_model_len=8192))
+    assert data["engine_version"] == "0.19.0" and data["gpu_memory_utilization"] == 0.9
+    assert data["kv_tokens"] == pool.tokens != json.loads(
+        run("fit", "llama-3.1-8b", "a100-80gb", "--json").stdout)["kv_tokens"]
+    text = run("fit", "llama-3.1-8b", "a100-80gb", "--engine-version", "0.21.0").stdout
+    assert "(vLLM 0.21.0, memory fraction 0.92)" in text  # 0.92 from 0.21 (vLLM PR #38284)
+    assert "(vLLM 0.33.0, memory fraction 0.9)" in run("fit", "llama-3.1-8b", "a100-80gb").stdout
+
+
 def test_fit_says_why_sglang_and_tensorrt_llm_would_not_start():
     # Llama-3.1-70B bf16 on one H100: 131.42 GiB of weights, in each engine's own terms
     for engine, words in (("sglang", "SGLang would refuse to start"),
@@ -240,6 +259,12 @@ def test_version():
     (("cost", "llama-3.1-8b", "--price", "2"), "required: gpu"),
     (("cost", "llama-3.1-70b", "h100-sxm", "--price", "2"), "does not fit"),
     (("fit", "llama-3.1-8b", "h100-sxm", "--output-tokens", "9000"), "--output-tokens"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--engine-version", "latest"), "names no release"),
+    (("fit", "llama-3.1-8b", "h100-sxm", "--engine", "sglang", "--engine-version", "0.5.1"),
+     "--engine-version applies to vLLM only"),
+    (("cost", "--price", "2", "--tps", "5", "--engine-version", "0.19.0"), "--engine-version"),
+    # vLLM 0.17+'s Triton sampler needs the GPU's SM count, which gpus.csv leaves unsourced
+    (("fit", "llama-3.1-8b", "l4", "--engine-version", "0.19.0"), "compute_units"),
     # $10³⁰⁸/h ÷ (10⁻³⁰⁸ tok/s × 3,600) overflows a float: refused, never "Infinity" in JSON
     (("cost", "--price", "1e308", "--tps", "1e-308", "--json"), "too large to represent"),
     (("cost", "--price", "1e-308", "--tps", "1e308"), "too small to represent"),

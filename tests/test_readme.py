@@ -55,6 +55,8 @@ def test_the_command_line_examples():
     assert "65,536 bytes = 64.00 KiB" in outputs["kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8"]
     # 2 × H100: ~65.7 GiB of weights per GPU + overheads exceed the 71.3 GiB budget
     assert "does not fit" in outputs["kvlib fit llama-3.1-70b h100-sxm --tp 2 --context 8192"]
+    assert "(vLLM 0.19.0, memory fraction 0.9)" in outputs[
+        "kvlib fit llama-3.1-8b a100-80gb --engine-version 0.19.0"]
     # $2.90 ÷ (1,000 tok/s × 3,600 s) × 10⁶ = $0.81
     assert "$0.81 per 1M tokens" in outputs["kvlib cost --price 2.90 --tps 1000"]
     assert "unit slip" in outputs["kvlib recheck a12"]

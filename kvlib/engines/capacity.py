@@ -596,7 +596,8 @@ def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int
         if gpu is None or gpu.compute_units is None:
             name = "no GPU" if gpu is None else gpu.slug
             raise ValueError(f"{name}: the Triton sampler's buffer needs the GPU's streaming "
-                             "multiprocessors, and compute_units in data/gpus.csv is empty for it")
+                             "multiprocessors, and compute_units in data/gpus.csv is empty for it (give "
+                             "the count with its source, or another vLLM release)")
         sms = gpu.compute_units
         programs = min(sms, rows)
         buffer_rows = (min(1 << (programs - 1).bit_length(), sms)

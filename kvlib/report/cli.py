@@ -26,6 +26,7 @@ EXAMPLES = """examples:
   kvlib kv ./config.json --tokens 8192
   kvlib fit llama-3.1-8b h100-sxm --util 0.9 --context 8192
   kvlib fit llama-3.1-8b h100-sxm --engine sglang --context 8192
+  kvlib fit llama-3.1-8b a100-80gb --engine-version 0.19.0 --context 8192
   kvlib fit llama-3.1-70b h100-sxm --tp 4 --context 8192 --json
   kvlib fit deepseek-v3 h200 --tp 1 --dp 8 --ep 8 --weight-dtype fp8 --context 8192
   kvlib cost --price 2.90 --tps 1000
@@ -126,10 +127,40 @@ def _deployment(args: argparse.Namespace):
     parallel = {k: getattr(args, k, None) or 1 for k in ("pp", "dp", "ep")}
     return Deployment(model, args.gpu, tp=args.tp, **parallel, weights=args.weight_dtype,
                       kv=args.kv_dtype, engine=args.engine, gpu_memory_utilization=args.util,
+                      engine_version=_engine_version(args),
                       max_model_len=positive_integer("context_tokens", args.context),
                       max_num_seqs=args.max_num_seqs,
                       max_num_batched_tokens=args.max_num_batched_tokens,
                       allow_long_max_model_len=getattr(args, "allow_long_context", False))
+
+
+def _engine_version(args: argparse.Namespace) -> str | None:
+    """The vLLM release ``--engine-version`` names (None: the pinned ``VLLM_VERSION``);
+    ValueError for another engine, whose pool the book models at one release only."""
+    version = getattr(args, "engine_version", None)
+    if version is not None and args.engine != "vllm":
+        from ..deployment import ENGINE_VERSIONS
+
+        raise ValueError(f"--engine-version applies to vLLM only: the book models {args.engine} "
+                         f"{ENGINE_VERSIONS[args.engine]} alone")
+    return version
+
+
+def _engine_release(d: Any) -> str | None:
+    """The release whose rules size ``d``'s pool: the vLLM one it names or the pinned one,
+    SGLang's modelled release; None for TensorRT-LLM (the book pins a commit, not a release)."""
+    from ..deployment import ENGINE_VERSIONS
+
+    if d.engine == "vllm":
+        return d.engine_version or ENGINE_VERSIONS["vllm"]
+    return ENGINE_VERSIONS[d.engine] if d.engine == "sglang" else None
+
+
+def _engine_words(d: Any) -> str:
+    """The engine and release in words: "vLLM 0.19.0", "SGLang 0.5.23", "TensorRT-LLM"."""
+    from ..deployment import ENGINE_NAMES
+
+    return " ".join(filter(None, (ENGINE_NAMES[d.engine], _engine_release(d))))
 
 
 #: Flags of ``fit`` and ``cost`` that describe a deployment, their attribute and default.
@@ -138,7 +169,7 @@ _MODEL_FLAGS = {"--util": "util", "--context": "context", "--output-tokens": "ou
                 "--tp": "tp", "--weight-dtype": "weight_dtype", "--kv-dtype": "kv_dtype",
                 "--max-num-seqs": "max_num_seqs",
                 "--max-num-batched-tokens": "max_num_batched_tokens",
-                "--pp": "pp", "--dp": "dp", "--ep": "ep"}
+                "--pp": "pp", "--dp": "dp", "--ep": "ep", "--engine-version": "engine_version"}
 _DEFAULTS = {"context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
 
 
@@ -180,7 +211,6 @@ def _memory_fraction(pool: Any) -> float:
 
 
 def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    from ..deployment import ENGINE_NAMES
     from ..engines.capacity import NoKVMemory
     from ..engines.pools import kv_pool
     from ..core.units import GIB
@@ -193,13 +223,14 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         pool, refused = exc.pool, exc
     conc = pool.max_concurrency(context)
     fraction = _memory_fraction(pool)
+    engine = _engine_words(d)
     data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp, "engine": d.engine,
-            "gpu_memory_utilization": fraction, "weight_dtype": args.weight_dtype,
+            "engine_version": _engine_release(d), "gpu_memory_utilization": fraction, "weight_dtype": args.weight_dtype,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
             "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
             "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
     rows = [
-        ("model / gpu", f"{m.name} on {d.gpus} × {args.gpu} ({ENGINE_NAMES[d.engine]}, "
+        ("model / gpu", f"{m.name} on {d.gpus} × {args.gpu} ({engine}, "
                         f"memory fraction {fraction:g})"),
         ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
                             f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
@@ -376,7 +407,6 @@ def _cost(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 
 def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
-    from ..deployment import ENGINE_NAMES
 
     d = _deployment(args)
     if _parallel(d):
@@ -392,7 +422,7 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "dollars_per_million_tokens_range": [lo, hi],
             "dollars_per_million_input_tokens": per_input,
             "dollars_per_million_output_tokens": per_output}
-    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} ({ENGINE_NAMES[d.engine]}) at "
+    rows = [("model / gpu", f"{m.name} on {args.tp} × {args.gpu} ({_engine_words(d)}) at "
                             f"${args.price:,.2f} per GPU-hour"),
             *_speed_rows(point),
             ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
@@ -452,7 +482,6 @@ def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
 
 def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Requests/s one replica sustains within a latency target, and what that means."""
-    from ..deployment import ENGINE_NAMES
     from ..engines.workloads import random_lengths
     from ..serve import load
 
@@ -476,7 +505,7 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "ttft_s_at_percentile": cap.ttft_s, "tpot_s_at_percentile": cap.tpot_s,
         "search_tolerance": cap.tolerance}
     rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica "
-                            f"({ENGINE_NAMES[d.engine]}"
+                            f"({_engine_words(d)}"
                             + (", scheduled as vLLM schedules)" if d.engine != "vllm" else ")")),
             ("target", ", ".join(f"p{slo.percentile:g} {name} ≤ {bound:g} s" for name, bound in
                                  (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if bound is not None)),
@@ -547,9 +576,12 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default="vllm",
                    help="serving engine whose pool, limits, step cost and launch command to "
                         "use (default vllm)")
+    p.add_argument("--engine-version", default=None,
+                   help="the vLLM release whose start-up memory rules size the pool, e.g. "
+                        "0.19.0 (default: the pinned release, data/vllm_memory_rules.csv)")
     p.add_argument("--util", type=float, default=None,
                    help="the engine's memory fraction: vLLM's --gpu-memory-utilization (default "
-                        "0.9, the book's), SGLang's --mem-fraction-static (default: SGLang's "
+                        "0.9, the book's; the release's own with --engine-version), SGLang's --mem-fraction-static (default: SGLang's "
                         "rule), TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs (default 1)")
     p.add_argument("--pp", type=int, default=None,
