@@ -389,3 +389,6 @@ def test_the_triton_sampling_pass_of_0_17_is_read_in_the_source():
         dataclasses.replace(h100, compute_units=0)
     rules = deployment.vllm_memory_rules("0.19.0")
     assert rules.sampler_term == "triton" and deployment.vllm_memory_rules("0.16.0").sampler_term == "fitted"
+    # the pool the rule sizes: its sampled rows are min(max_num_seqs 1,024, 8,192 batched tokens)
+    pool = kvlib.kv_pool(deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.19.0"))
+    assert pool.sampled_rows == 1024 and pool.activation_sampler_bytes == 1_906_397_184

@@ -325,6 +325,12 @@ class Pool:
     stage: int = 0
 
     @property
+    def sampled_rows(self) -> int:
+        """Rows of logits the dummy sampling step holds: min(max_num_seqs,
+        max_num_batched_tokens)."""
+        return min(self.max_num_seqs, self.max_num_batched_tokens)
+
+    @property
     def activation_peak_bytes(self) -> int:
         """The larger of the forward-pass and sampling-step peaks."""
         return max(self.activation_forward_bytes, self.activation_sampler_bytes)
