@@ -190,6 +190,21 @@ def test_fit_sizes_the_pool_by_the_vllm_release_named():
     assert "(vLLM 0.33.0, memory fraction 0.9)" in run("fit", "llama-3.1-8b", "a100-80gb").stdout
 
 
+def test_fit_under_a_triton_sampler_release_uses_the_gpus_sourced_sm_count():
+    from kvlib.deployment import Deployment
+    from kvlib.engines.pools import kv_pool
+
+    # vLLM 0.17+'s Triton sampler sizes its buffer by the GPU's SMs; every GPU in gpus.csv has
+    # a sourced count now (L4: 58), so 0.19.0 on one L4 sizes a pool, the library's own, and
+    # not the default release's (a GPU without a count is refused: test_capacity.py)
+    out = run("fit", "llama-3.1-8b", "l4", "--engine-version", "0.19.0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    pool = kv_pool(Deployment("llama-3.1-8b", "l4", engine_version="0.19.0", max_model_len=8192))
+    assert data["engine_version"] == "0.19.0" and data["kv_tokens"] == pool.tokens
+    assert data["kv_tokens"] != json.loads(run("fit", "llama-3.1-8b", "l4", "--json").stdout)["kv_tokens"]
+
+
 def test_fit_says_why_sglang_and_tensorrt_llm_would_not_start():
     # Llama-3.1-70B bf16 on one H100: 131.42 GiB of weights, in each engine's own terms
     for engine, words in (("sglang", "SGLang would refuse to start"),
@@ -263,8 +278,6 @@ def test_version():
     (("fit", "llama-3.1-8b", "h100-sxm", "--engine", "sglang", "--engine-version", "0.5.1"),
      "--engine-version applies to vLLM only"),
     (("cost", "--price", "2", "--tps", "5", "--engine-version", "0.19.0"), "--engine-version"),
-    # vLLM 0.17+'s Triton sampler needs the GPU's SM count, which gpus.csv leaves unsourced
-    (("fit", "llama-3.1-8b", "l4", "--engine-version", "0.19.0"), "compute_units"),
     # $10³⁰⁸/h ÷ (10⁻³⁰⁸ tok/s × 3,600) overflows a float: refused, never "Infinity" in JSON
     (("cost", "--price", "1e308", "--tps", "1e-308", "--json"), "too large to represent"),
     (("cost", "--price", "1e-308", "--tps", "1e308"), "too small to represent"),
