@@ -143,6 +143,35 @@ def test_fit_recovers_known_constants(points):
         assert value == pytest.approx(expected, abs=2e-7), name
 
 
+def test_fit_recovers_request_and_stage_costs(points):
+    # the same recovery with the chosen kind of terms: a cost per request per engine build and
+    # per block per doubling of the TP group (the chosen points span TP 1–8 and batches 1–512,
+    # so requests and log2 tp are not collinear with the step and block columns)
+    truth = Efficiency("truth", bandwidth=0.8, kv_bandwidth=0.7, compute=0.55,
+                       step_s=tuple((k, 60e-6) for k in calibrate.ENGINE_KEYS),
+                       block_s=(("attention", 5e-6), ("mla", 30e-6), ("recurrent", 0.0),
+                                ("dense_ffn", 20e-6), ("moe_ffn", 30e-6)),
+                       request_s=(("sglang", 30e-6), ("sglang-rocm", 0.0),
+                                  ("tensorrt-llm", 10e-6), ("vllm", 6e-6), ("vllm-rocm", 0.0)),
+                       stage_s=5e-6, communication=True)
+    decode = points[points["role"].isin(["train", "test"]) & (points["gpu"] != "mi300x")
+                    & ~points["gpu"].str.startswith("mi3")]
+    chosen = decode.groupby(["engine", "tp"]).head(12).index
+    parts = {i: calibrate.parts(points.loc[i]) for i in chosen}
+    assert {p.tp for p in parts.values()} >= {1, 2, 4, 8}
+    fitted = calibrate.fit(parts, {i: p.predict(truth) for i, p in parts.items()},
+                           calibrate.Terms("vendor step, requests per engine, stages",
+                                           step="vendor", requests="engine", stages=True))
+    assert (fitted.bandwidth, fitted.kv_bandwidth, fitted.compute) == (0.8, 0.7, 0.55)
+    assert fitted.stage_s == pytest.approx(5e-6, abs=2e-8)
+    for name in ("sglang", "tensorrt-llm", "vllm"):
+        assert dict(fitted.request_s)[name] == pytest.approx(dict(truth.request_s)[name],
+                                                             abs=2e-8), name
+    assert dict(fitted.step_s)["vllm"] == pytest.approx(60e-6, abs=2e-7)
+    with pytest.raises(ValueError, match="Terms.requests"):
+        calibrate.Terms("x", requests="node")
+
+
 def test_nnls_known_answer():
     # min |a·x − b| with x ≥ 0: a = I, b = (1, −2) → x = (1, 0)
     a, b = np.eye(2), np.array([1.0, -2.0])

@@ -162,8 +162,8 @@ def test_expert_imbalance_bound_is_the_untouched_experts_read():
     d = Deployment("deepseek-v3", "h200", tp=1, dp=8, ep=8, weights="fp8")
     # 58 MoE layers × 256 experts × 3·7168·2048 = 653,908,770,816 expert params, 1 byte in FP8,
     # ÷ 8 GPUs = 81,738,596,352 B each; 8 tokens leave (1 − 8/256)^8 = 0.775700 of them
-    # untouched: 63,404,619,361 B more at 4.8 TB/s × η_w 0.90 = 4.32e12 B/s → 14.677 ms
-    assert expert_imbalance_s(d, 8) == pytest.approx(81_738_596_352 * 0.96875 ** 8 / 4.32e12,
+    # untouched: 63,404,619,361 B more at 4.8 TB/s × η_w 0.76 = 3.648e12 B/s → 17.381 ms
+    assert expert_imbalance_s(d, 8) == pytest.approx(81_738_596_352 * 0.96875 ** 8 / 3.648e12,
                                                      rel=1e-6)
     assert expert_imbalance_s(d.with_(ep=1), 8) == 0.0  # tensor-split: no GPU is busiest
 
@@ -177,13 +177,14 @@ def test_dp_attention_misses_are_the_sources_not_the_parallel_terms():
     worst = t[["deepep_s"]].join(2 * t["exchange_s"]).max(axis=1) + t["imbalance_s"]
     assert (worst < t["gap_s"]).all() and (worst < 6e-3).all()
     # the same source's one-group points at the same concurrency (6 at 100, 12 at 1) miss too,
-    # by far at 100 requests; divided out, what is left is under half the parallel model's own
-    # median miss
+    # by far at 100 requests; divided out, what is left is a smaller miss than the parallel
+    # model's own (median |error| 0.52 against 0.73), and still a large one on every point
     at100 = [i for i in t.index if i != "fr063"]  # fr063 ran one request at a time
     assert (t["same_source_n"] >= 6).all() and (t.loc[at100, "same_source_error"] < -0.3).all()
     left = (1 + v.loc[t.index, "parallel_error"]) / (1 + t["same_source_error"]) - 1
     assert t["beyond_source_error"].tolist() == pytest.approx(left.tolist())
-    assert t["beyond_source_error"].abs().median() < v.loc[t.index, "parallel_error"].abs().median() / 2
+    assert t["beyond_source_error"].abs().median() < v.loc[t.index, "parallel_error"].abs().median()
+    assert (t["beyond_source_error"] < -0.3).all()
 
 
 def _cli(*args: str):

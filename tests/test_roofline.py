@@ -1,6 +1,8 @@
 """Steps on the roofline: known answers for every term of the one step decomposition."""
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import pytest
@@ -103,6 +105,27 @@ def test_tensor_parallel_adds_one_all_reduce_per_block():
     d = decode_step("llama-3.1-70b", "h100-sxm", batch=1, context_tokens=1024, n_gpus=4,
                     efficiency=DATASHEET)
     assert d.overhead_s == 0 and d.time_s < s.time_s
+
+
+def test_requests_and_tp_stages_add_their_fixed_costs():
+    # EFF plus 20 µs per vLLM request and 4 µs per block per doubling of the TP group.
+    # Llama-3.1-70B on 4 H100s, batch 16: 1 ms + 80 × 10 µs + 80 × 20 µs (blocks)
+    # + 16 × 20 µs (requests) + 160 blocks × log2(4) × 4 µs = 1 + 0.8 + 1.6 + 0.32 + 1.28 ms
+    eff = dataclasses.replace(EFF, request_s=(("vllm", 20e-6),), stage_s=4e-6)
+    s = decode_step("llama-3.1-70b", "h100-sxm", batch=16, context_tokens=1024, n_gpus=4,
+                    efficiency=eff)
+    assert s.requests == 16
+    assert s.fixed_s == pytest.approx(5.0e-3)
+    # one GPU: log2(1) = 0, no stage cost; a prompt of 1,000 tokens in one chunk is 1 request
+    one = decode_step("llama-3.1-8b", "h100-sxm", batch=16, context_tokens=1024, efficiency=eff)
+    assert one.fixed_s == pytest.approx(1e-3 + 32 * 10e-6 + 32 * 20e-6 + 16 * 20e-6)
+    mixed = step("llama-3.1-8b", "h100-sxm", batch=16, context_tokens=1024, prefill_tokens=1000,
+                 prompt_tokens=1000, efficiency=eff)
+    assert mixed.requests == 17 and mixed.fixed_s == pytest.approx(one.fixed_s + 20e-6)
+    # another engine build has no request cost in eff (only vLLM's is set)
+    assert eff.request_overhead_s("sglang", load_gpu("h100-sxm")) == 0
+    with pytest.raises(ValueError, match="stage_s"):
+        Efficiency("x", stage_s=-1e-6)
 
 
 def test_allreduce_time_is_latency_plus_bytes_over_the_link():

@@ -450,7 +450,9 @@ SCHEMAS: dict[str, Schema] = {
                   "loso_beyond_40": number(minimum=0, maximum=1),
                   "fresh_n": _POSITIVE_COUNT, "fresh_median": _NON_NEGATIVE,
                   "fresh_beyond_40": number(minimum=0, maximum=1),
-                  "chosen": choice("True", "False")}, unique=("terms",)),
+                  "stages": choice("True", "False"),
+                  "chosen": choice("True", "False")},
+        optional={"requests": choice("engine", "vendor")}, unique=("terms",)),
     "serving_benchmarks.csv": Schema(
         required={"id": SLUG_CELL, "source_url": URL, "accessed": DATE,
                   "engine": choice("vllm", "sglang", "tensorrt-llm", "other"),

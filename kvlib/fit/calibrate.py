@@ -256,10 +256,11 @@ class Parts:
     ``roofline`` computes for the same steps with ``eff``.
 
     weight: how many times each step counts; weights_s / kv_s / compute_s: the weight reads, KV
-    reads and math at η = 1;
-    allreduce_s: the all-reduces of each step; engine / gpu: for the engine's step cost;
-    blocks: the model's blocks; numerator: 0 when the metric is seconds, else the tokens it
-    divides (output tokens of a static batch); batch: the decode batch used.
+    reads and math at η = 1; requests: the requests each step schedules;
+    allreduce_s: the all-reduces of each step; engine_key: for the engine's step and request
+    costs; blocks: the model's blocks; tp: the tensor-parallel degree; numerator: 0 when the
+    metric is seconds, else the tokens it divides (output tokens of a static batch); batch: the
+    decode batch used.
     """
 
     weight: np.ndarray
@@ -267,15 +268,19 @@ class Parts:
     kv_s: np.ndarray
     compute_s: np.ndarray
     allreduce_s: np.ndarray
+    requests: np.ndarray
     engine_key: str
     blocks: roofline.Blocks
+    tp: int
     numerator: float
     batch: int
 
     def seconds(self, eff: Efficiency) -> float:
-        block = eff.block_overhead_s(self.blocks)
+        block = eff.block_overhead_s(self.blocks, self.tp)
         step = dict(eff.step_s).get(self.engine_key, 0.0) if eff.step_s else 0.0
-        times = roofline.law_seconds(self.weights_s, self.kv_s, self.compute_s, step + block,
+        request = dict(eff.request_s).get(self.engine_key, 0.0)
+        times = roofline.law_seconds(self.weights_s, self.kv_s, self.compute_s,
+                                     step + block + request * self.requests,
                                      self.allreduce_s, eff)
         return float((self.weight * times).sum())
 
@@ -359,8 +364,9 @@ def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
                  kv_s=np.array([st.kv_s for _, st in steps]),
                  compute_s=np.array([st.compute_s for _, st in steps]),
                  allreduce_s=np.array([st.allreduce_s for _, st in steps]),
+                 requests=np.array([float(st.requests) for _, st in steps]),
                  engine_key=roofline.engine_key(point["engine"], gpu), blocks=roofline.blocks(model),
-                 numerator=numerator, batch=batch)
+                 tp=tp, numerator=numerator, batch=batch)
 
 
 @lru_cache(maxsize=1)
@@ -425,16 +431,23 @@ class Terms:
     step: one step cost per engine build (``roofline.engine_key``: engine, with ``-rocm`` on
     AMD GPUs), ``"vendor"`` (one per GPU vendor) or ``"shared"`` (one for every engine);
     blocks: one cost per block kind (``BLOCK_KINDS``), else none; tie_kv: the KV reads get the
-    weight reads' share (η_kv = η_w) instead of a share of their own."""
+    weight reads' share (η_kv = η_w) instead of a share of their own; requests: a cost per
+    request a step schedules, ``"engine"`` (one per engine build), ``"vendor"`` (one per GPU
+    vendor) or ``""`` (none); stages: a cost per block per doubling of the tensor-parallel
+    group (``Efficiency.stage_s``)."""
 
     name: str
     step: str = "engine"
     blocks: bool = True
     tie_kv: bool = False
+    requests: str = ""
+    stages: bool = False
 
     def __post_init__(self) -> None:
         if self.step not in STEP_TERMS:
             raise ValueError(f"Terms.step {self.step!r}: one of {', '.join(STEP_TERMS)}")
+        if self.requests not in ("", "engine", "vendor"):
+            raise ValueError(f"Terms.requests {self.requests!r}: 'engine', 'vendor' or ''")
 
 
 #: The ways a step cost can be shared out (``Terms.step``).
@@ -450,33 +463,48 @@ TERM_SETS = (
     Terms("a step cost per engine build, no block costs", blocks=False),
     Terms("one step cost for every engine, a cost per block kind, η_kv = η_w", step="shared",
           tie_kv=True),
+    Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
+          "a cost per request per GPU vendor", step="vendor", requests="vendor", stages=True),
+    Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
+          "a cost per request per engine build", step="vendor", requests="engine", stages=True),
 )
 #: The term set ``roofline.CALIBRATED`` is fitted with: the lowest leave-one-source-out median
 #: of ``TERM_SETS`` (``kvlib.fit.terms``; data/speed_term_selection.csv).
-CHOSEN_TERMS = TERM_SETS[2]
+CHOSEN_TERMS = TERM_SETS[6]
 
 
-def _step_group(key: str, terms: Terms) -> str:
-    if terms.step == "engine":
+def _cost_group(key: str, how: str) -> str:
+    """The group an engine build's step or request cost is shared in: the build itself
+    (``"engine"``), its GPU vendor (``"vendor"``) or every build (``"shared"``)."""
+    if how == "engine":
         return key
-    if terms.step == "vendor":
+    if how == "vendor":
         return "AMD" if key.endswith("-rocm") else "NVIDIA"
     return "every engine"
 
 
 def _fixed_columns(items: Sequence[Parts], terms: Terms) -> tuple[list[str], np.ndarray]:
     """The design matrix of the fixed costs: one column per step group of ``terms`` (step
-    weight sum) and, with block costs, one per block kind (step weight sum × blocks of that
-    kind)."""
-    steps = sorted({_step_group(p.engine_key, terms) for p in items})
+    weight sum); with block costs, one per block kind (step weight sum × blocks of that kind);
+    with request costs, one per request group (Σ step weight × requests); with stage costs,
+    one (step weight sum × blocks × log2 tp)."""
+    steps = sorted({_cost_group(p.engine_key, terms.step) for p in items})
     kinds = BLOCK_KINDS if terms.blocks else ()
-    names = [f"step:{e}" for e in steps] + [f"block:{k}" for k in kinds]
+    requests = sorted({_cost_group(p.engine_key, terms.requests) for p in items}) \
+        if terms.requests else []
+    names = ([f"step:{e}" for e in steps] + [f"block:{k}" for k in kinds]
+             + [f"request:{e}" for e in requests] + (["stage"] if terms.stages else []))
     cols = np.zeros((len(items), len(names)))
     for i, p in enumerate(items):
         total = p.weight.sum()
-        cols[i, steps.index(_step_group(p.engine_key, terms))] = total
-        for j, kind in enumerate(kinds):
-            cols[i, len(steps) + j] = total * getattr(p.blocks, kind)
+        cols[i, names.index(f"step:{_cost_group(p.engine_key, terms.step)}")] = total
+        for kind in kinds:
+            cols[i, names.index(f"block:{kind}")] = total * getattr(p.blocks, kind)
+        if requests:
+            cols[i, names.index(f"request:{_cost_group(p.engine_key, terms.requests)}")] = \
+                float((p.weight * p.requests).sum())
+        if terms.stages:
+            cols[i, names.index("stage")] = total * p.blocks.total * math.log2(p.tp)
     return names, cols
 
 
@@ -539,21 +567,27 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
         step_s = tuple((n.split(":", 1)[1], float(values[n])) for n in names
                        if n.startswith("step:"))
     else:
-        step_s = tuple((k, float(values.get(f"step:{_step_group(k, terms)}", 0.0)))
+        step_s = tuple((k, float(values.get(f"step:{_cost_group(k, terms.step)}", 0.0)))
                        for k in ENGINE_KEYS)
+    request_s = tuple((k, float(values.get(f"request:{_cost_group(k, terms.requests)}", 0.0)))
+                      for k in ENGINE_KEYS) if terms.requests else ()
     return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, step_s=step_s,
                       block_s=tuple((k, float(values.get(f"block:{k}", 0.0)))
                                     for k in BLOCK_KINDS),
+                      request_s=request_s, stage_s=float(values.get("stage", 0.0)),
                       communication=True, source="kvlib.fit.calibrate.fit")
 
 
 def rounded(eff: Efficiency) -> Efficiency:
-    """``eff`` as ``roofline.CALIBRATED`` stores it: step costs to 1 µs, block costs to 0.1 µs."""
+    """``eff`` as ``roofline.CALIBRATED`` stores it: step costs to 1 µs, block, request and
+    stage costs to 0.1 µs."""
     return Efficiency(
         "calibrated (data/throughput.csv, train half)", bandwidth=eff.bandwidth,
         kv_bandwidth=eff.kv_bandwidth, compute=eff.compute,
         step_s=tuple((k, round(v * 1e6) / 1e6) for k, v in eff.step_s),
         block_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.block_s),
+        request_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.request_s),
+        stage_s=round(eff.stage_s * 1e7) / 1e7,
         communication=eff.communication, source=eff.source)
 
 

@@ -89,9 +89,9 @@ def parallel_validation() -> pd.DataFrame:
     exchange costs about a millisecond a pass, DeepEP's measured kernels in its place a few
     (B200; none measured on MI300X), expert load imbalance at most about 2 ms (the busiest GPU
     reading all its experts), and the batch is already the slowest rank's (⌈batch ÷ dp⌉) —
-    under 6 ms together against gaps of 6–120 ms. Much of the miss is the source's: its own
-    one-group points at concurrency 100 miss by more than half — the single-group fit's miss,
-    not the parallel terms'; divided out, the rest is
+    under 6 ms together against gaps of 6–120 ms. Part of the miss is the source's: its own
+    one-group points at concurrency 100 miss by about 40% — the single-group fit's miss, not
+    the parallel terms'; divided out, the rest (about half) is
     SGLang's way of running DP attention, which the step law has no term or measured figure for:
     every rank joins every forward (an idle rank runs an empty batch) and a prompt on any rank
     makes the step an extend without CUDA graphs for all (``can_cuda_graph`` is the minimum over

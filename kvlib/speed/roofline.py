@@ -5,6 +5,7 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 
     time = max(weights ÷ (β · η_w) + KV ÷ (β · η_kv), FLOPs ÷ (F · η_F))      the roofline
          + engine step cost + Σ_blocks block cost                fixed costs (fitted)
+         + requests × request cost + blocks × log2(n_gpus) × stage cost
          + blocks × (α + message bytes ÷ link bandwidth)        all-reduces (tensor parallel)
 
 * bytes: the weights read once per step (embedding lookups excluded; for MoE only the experts
@@ -18,10 +19,13 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 * β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
   the shares an engine achieves streaming weights, reading the paged KV cache (attention
   kernels gather scattered blocks) and doing matmuls (fitted);
-* fixed costs: a per-step cost (scheduling, sampling; one per GPU vendor's software stack,
-  stored for each engine build on it) and a per-block cost by block kind (kernel launches and
-  small ops that do not grow with bytes) — both fitted by :mod:`kvlib.fit.calibrate`, the
-  terms chosen by leave-one-source-out error;
+* fixed costs: a per-step cost (one per GPU vendor's software stack, stored for each engine
+  build on it), a per-block cost by block kind (kernel launches and small ops that do not grow
+  with bytes), a cost per request the step schedules, one per engine build (its scheduler's
+  bookkeeping, sampling and output handling for each request), and under tensor parallelism a
+  cost per block per doubling of the group (the synchronisation each block's all-reduce and
+  the kernels around it add inside an engine, beyond the microbenchmarked latency α) — all
+  fitted by :mod:`kvlib.fit.calibrate`, the terms chosen by leave-one-source-out error;
 * all-reduces: one after every block (attention or recurrent mixer, MLP or MoE) under tensor
   parallelism — a hybrid stack counts the mixers it really has (``blocks``); the latency α
   comes from published microbenchmarks (``hardware.allreduce_latency``) and the bytes term
@@ -71,9 +75,12 @@ class Efficiency:
     """The speed model's constants: achieved shares of the peaks and the fixed costs.
 
     bandwidth: achieved ÷ peak memory bandwidth reading weights, (0, 1]; kv_bandwidth: the same
-    reading (and writing) the KV cache; compute: achieved ÷ peak dense FLOP/s, (0, 1]; step_s: (engine, seconds) added to every step — the engine key is ``ENGINES`` or
-    ``"<engine>-rocm"`` on AMD GPUs; block_s: (block kind, seconds) added per block of that kind
-    (``BLOCK_KINDS``); communication: whether tensor-parallel all-reduces cost time.
+    reading (and writing) the KV cache; compute: achieved ÷ peak dense FLOP/s, (0, 1]; step_s:
+    (engine, seconds) added to every step — the engine key is ``ENGINES`` or ``"<engine>-rocm"``
+    on AMD GPUs; block_s: (block kind, seconds) added per block of that kind (``BLOCK_KINDS``);
+    request_s: (engine key, seconds) added per request a step schedules (a decode or a prompt
+    chunk); stage_s: seconds added per block per doubling of the tensor-parallel group
+    (× log2 n_gpus); communication: whether tensor-parallel all-reduces cost time.
     """
 
     name: str
@@ -82,13 +89,17 @@ class Efficiency:
     compute: float = 1.0
     step_s: tuple[tuple[str, float], ...] = ()
     block_s: tuple[tuple[str, float], ...] = ()
+    request_s: tuple[tuple[str, float], ...] = ()
+    stage_s: float = 0.0
     communication: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
         for key in ("bandwidth", "kv_bandwidth", "compute"):
             number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
-        for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s)):
+        number("Efficiency.stage_s", self.stage_s, minimum=0)
+        for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s),
+                             ("request_s", self.request_s)):
             for name, value in pairs:
                 number(f"Efficiency.{label}[{name!r}]", value, minimum=0)
         unknown = sorted(set(dict(self.block_s)) - set(BLOCK_KINDS))
@@ -108,10 +119,24 @@ class Efficiency:
                            f"known: {', '.join(sorted(table))}")
         return table[key]
 
-    def block_overhead_s(self, blocks: "Blocks") -> float:
-        """Seconds of fixed per-block costs for a model's ``blocks``."""
+    def block_overhead_s(self, blocks: "Blocks", n_gpus: int = 1) -> float:
+        """Seconds of fixed per-block costs for a model's ``blocks`` on a tensor-parallel group
+        of ``n_gpus``: each block's cost by kind plus ``stage_s`` × log2(n_gpus) per block."""
         table = dict(self.block_s)
-        return sum(table.get(kind, 0.0) * n for kind, n in blocks.by_kind().items())
+        return (sum(table.get(kind, 0.0) * n for kind, n in blocks.by_kind().items())
+                + self.stage_s * blocks.total * math.log2(n_gpus))
+
+    def request_overhead_s(self, engine: str, gpu: GPU) -> float:
+        """Seconds ``engine`` adds per request a step schedules on ``gpu`` (0 when no request
+        costs are set or this engine build has none fitted)."""
+        return dict(self.request_s).get(engine_key(engine, gpu), 0.0)
+
+    def fixed_s(self, engine: str, gpu: GPU, blocks: "Blocks", n_gpus: int,
+                requests: int) -> float:
+        """Every fixed cost of one step: the engine's step cost, the blocks' costs on
+        ``n_gpus`` and ``requests`` × the engine's request cost."""
+        return (self.step_overhead_s(engine, gpu) + self.block_overhead_s(blocks, n_gpus)
+                + requests * self.request_overhead_s(engine, gpu))
 
 
 def engine_key(engine: str, gpu: GPU) -> str:
@@ -126,22 +151,29 @@ def engine_key(engine: str, gpu: GPU) -> str:
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
 #: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one step
-#: cost per GPU vendor and one cost per block kind, the candidate with the lowest
+#: cost per GPU vendor, one cost per block kind and per doubling of the tensor-parallel group,
+#: and one cost per scheduled request per engine build, the candidate with the lowest
 #: leave-one-source-out error (see Appendix A, chapters/appendix_a_validation.md, for its
 #: errors); tests/test_calibrate.py refits and checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.9,
-    kv_bandwidth=0.63, compute=0.55,
-    step_s=(("sglang", 0.051e-3),
-            ("sglang-rocm", 2.787e-3),
-            ("tensorrt-llm", 0.051e-3),
-            ("vllm", 0.051e-3),
-            ("vllm-rocm", 2.787e-3)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
+    kv_bandwidth=0.83, compute=0.55,
+    step_s=(("sglang", 0.062e-3),
+            ("sglang-rocm", 1.385e-3),
+            ("tensorrt-llm", 0.062e-3),
+            ("vllm", 0.062e-3),
+            ("vllm-rocm", 1.385e-3)),
     block_s=(("attention", 0.0e-6),
-             ("mla", 49.3e-6),
-             ("recurrent", 47.1e-6),
-             ("dense_ffn", 48.1e-6),
-             ("moe_ffn", 60.9e-6)),
+             ("mla", 30.0e-6),
+             ("recurrent", 49.8e-6),
+             ("dense_ffn", 18.1e-6),
+             ("moe_ffn", 32.7e-6)),
+    request_s=(("sglang", 28.5e-6),
+               ("sglang-rocm", 86.6e-6),
+               ("tensorrt-llm", 9.0e-6),
+               ("vllm", 5.9e-6),
+               ("vllm-rocm", 73.3e-6)),
+    stage_s=5.6e-6,
     communication=True, source="kvlib.fit.calibrate.fit")
 
 
@@ -236,10 +268,11 @@ class Step:
 
     kind: "decode", "prefill" or "mixed" (decodes plus prompt tokens); batch: sequences that
     each emit a token; context_tokens: the context each of them attends to (the mean, for a
-    mixed batch); prefill_tokens: prompt tokens processed; weight_bytes / kv_bytes: bytes one
+    mixed batch); prefill_tokens: prompt tokens processed; requests: requests the step
+    schedules (each decode, each prompt or prompt chunk); weight_bytes / kv_bytes: bytes one
     GPU reads (KV: read by the decodes, written by the prefill); flops: FLOPs one GPU does;
     weights_s / kv_s / compute_s: the legs at η = 1 (bytes ÷ bandwidth, FLOPs ÷ peak);
-    fixed_s: engine and per-block costs; allreduce_s: the tensor-parallel all-reduces;
+    fixed_s: engine, per-block and per-request costs; allreduce_s: the tensor-parallel all-reduces;
     efficiency: the name of the constants ``law`` (the ``Efficiency`` the step was timed with).
     """
 
@@ -247,6 +280,7 @@ class Step:
     batch: int
     context_tokens: int
     prefill_tokens: int
+    requests: int
     n_gpus: int
     weight_bytes: int
     kv_bytes: float
@@ -380,9 +414,10 @@ def one_group(d: Deployment) -> Deployment:
 
 
 def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_tokens: int,
-          kv_bytes: float, attention_flops: float) -> Step:
-    """A step of ``decodes`` one-token sequences and ``prefill_tokens`` prompt tokens whose KV
-    reads and writes (bytes) and attention FLOPs are given: the law's legs and fixed costs."""
+          prompts: int, kv_bytes: float, attention_flops: float) -> Step:
+    """A step of ``decodes`` one-token sequences and ``prefill_tokens`` prompt tokens from
+    ``prompts`` requests whose KV reads and writes (bytes) and attention FLOPs are given: the
+    law's legs and fixed costs."""
     m, g, tp, eff = one_group(d).model, d.gpu, d.tp, _efficiency(d)
     counts = _counts(m)
     tokens = decodes + prefill_tokens
@@ -394,14 +429,15 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
         flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
     peak = g.dense_flops(d.weights.compute_dtype)
     bl = blocks(m)
-    fixed = eff.step_overhead_s(d.engine, g) + eff.block_overhead_s(bl)
+    fixed = eff.fixed_s(d.engine, g, bl, tp, decodes + prompts)
     comm = 0.0
     if tp > 1 and eff.communication:
         message = tokens * hidden_size(m) * ACTIVATION_BYTES
         comm = bl.total * allreduce_time_s(g, tp, message)
     beta = g.bandwidth()
     return Step(kind=kind, batch=decodes, context_tokens=context_tokens,
-                prefill_tokens=prefill_tokens, n_gpus=tp, weight_bytes=weights,
+                prefill_tokens=prefill_tokens, requests=decodes + prompts, n_gpus=tp,
+                weight_bytes=weights,
                 kv_bytes=kv_bytes, flops=flops, weights_s=weights / beta, kv_s=kv_bytes / beta,
                 compute_s=flops / peak, fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
                 law=eff)
@@ -422,7 +458,8 @@ def _uniform_step(d: Deployment, batch: int, ctx: int, pre: int, prompt: int) ->
         positions = [int((i + 0.5) * prompt / n) for i in range(n)]
         flops += pre * sum(attention_flops_per_token(m, p, tp) for p in positions) / n
     kind = "mixed" if batch and pre else ("decode" if batch else "prefill")
-    return _step(d, kind, batch, ctx, pre, kv_bytes, flops)
+    return _step(d, kind, batch, ctx, pre, math.ceil(pre / prompt) if pre else 0, kv_bytes,
+                 flops)
 
 
 def step(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int = 0,
@@ -506,9 +543,10 @@ def _context_costs(d: Deployment) -> tuple[_Linear, _Linear, int]:
 
 
 @lru_cache(maxsize=4096)
-def _fixed_terms(d: Deployment, tokens: int) -> tuple[int, float, float, float]:
+def _fixed_terms(d: Deployment, tokens: int, requests: int) -> tuple[int, float, float, float]:
     """(weight bytes, matmul FLOPs with MoE tile padding, fixed seconds, all-reduce seconds) of a
-    step over ``tokens`` tokens: what does not depend on the requests' contexts."""
+    step over ``tokens`` tokens of ``requests`` requests: what does not depend on the requests'
+    contexts."""
     m, g, tp, eff = d.model, d.gpu, d.tp, _efficiency(d)
     counts = _counts(m)
     weights = step_weight_bytes(counts, d.weights, tp, tokens)
@@ -518,7 +556,7 @@ def _fixed_terms(d: Deployment, tokens: int) -> tuple[int, float, float, float]:
         extra = rows - tokens * counts.experts_per_token
         flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
     bl = blocks(m)
-    fixed = eff.step_overhead_s(d.engine, g) + eff.block_overhead_s(bl)
+    fixed = eff.fixed_s(d.engine, g, bl, tp, requests)
     comm = 0.0
     if tp > 1 and eff.communication:
         comm = bl.total * allreduce_time_s(g, tp, tokens * hidden_size(m) * ACTIVATION_BYTES)
@@ -544,12 +582,13 @@ class StepTimer:
         self.eff = _efficiency(d)
         self.beta = d.gpu.bandwidth()
         self.peak = d.gpu.dense_flops(d.weights.compute_dtype)
-        self._fixed: dict[int, tuple[int, float, float, float]] = {}
+        self._fixed: dict[tuple[int, int], tuple[int, float, float, float]] = {}
 
-    def _terms(self, tokens: int) -> tuple[int, float, float, float]:
-        if tokens not in self._fixed:
-            self._fixed[tokens] = _fixed_terms(self.deployment, tokens)
-        return self._fixed[tokens]
+    def _terms(self, tokens: int, requests: int) -> tuple[int, float, float, float]:
+        key = (tokens, requests)
+        if key not in self._fixed:
+            self._fixed[key] = _fixed_terms(self.deployment, tokens, requests)
+        return self._fixed[key]
 
     def step(self, batch: Any) -> Step:
         try:
@@ -572,12 +611,13 @@ class StepTimer:
             flops += float(attention.summed(start, n).sum())
         decodes = int((~chunk).sum())
         prefill = int(new[chunk].sum())
-        weights, matmul, fixed, comm = self._terms(decodes + prefill)
+        weights, matmul, fixed, comm = self._terms(decodes + prefill, len(pairs))
         kv_bytes = read + written
         flops += matmul
         kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
         return Step(kind=kind, batch=decodes, context_tokens=int(done.sum()) // len(done),
-                    prefill_tokens=prefill, n_gpus=self.deployment.tp, weight_bytes=weights,
+                    prefill_tokens=prefill, requests=len(pairs), n_gpus=self.deployment.tp,
+                    weight_bytes=weights,
                     kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
                     kv_s=kv_bytes / self.beta, compute_s=flops / self.peak, fixed_s=fixed,
                     allreduce_s=comm, efficiency=self.eff.name, law=self.eff)
@@ -590,7 +630,7 @@ class StepTimer:
     def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
         c = np.asarray(computed, dtype=float)
         k = len(c)
-        weights, matmul, fixed, comm = self._terms(k)
+        weights, matmul, fixed, comm = self._terms(k, k)
         with_state = np.full(n_steps, k)  # a request holds its recurrent state once it has tokens
         with_state[0] = int((c > 0).sum())
         kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state

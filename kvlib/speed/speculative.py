@@ -100,7 +100,7 @@ def draft_pass_s(d: Deployment, batch: int, context_tokens: int) -> float:
     flops = n * layer_flops + 2 * (head / d.tp + fusion) * batch
     eff = timer.eff
     draft_blocks = _draft_blocks(d, n)
-    fixed = eff.block_overhead_s(draft_blocks)
+    fixed = eff.block_overhead_s(draft_blocks, d.tp)
     comm = 0.0
     if d.tp > 1 and eff.communication:
         comm = draft_blocks.total * allreduce_time_s(d.gpu, d.tp,
