@@ -172,6 +172,22 @@ def test_fit_recovers_request_and_stage_costs(points):
         calibrate.Terms("x", requests="node")
 
 
+def test_prefill_peak_share_is_the_prefill_flops_over_the_measured_ttft(points):
+    # Llama-3.1-8B on one H100 SXM, one 28,650-token prompt (AccelMark, 1.077 s): the prefill's
+    # FLOPs at the 989.5 TFLOP/s bf16 peak take compute_s, about 0.65 s; share ≈ 0.61
+    ttft = points[(points["role"] == "ttft") & (points["concurrency"] == 1)
+                  & (points["input_tokens"] == 28650) & (points["gpu"] == "h100-sxm")]
+    (pid,) = ttft.index
+    d = kvlib.Deployment("llama-3.1-8b", "h100-sxm", tp=1, weights=ttft.loc[pid, "weight_format"],
+                   kv=ttft.loc[pid, "kv_dtype"], engine="vllm")
+    flops = roofline.prefill_step(d, batch=1, prompt_tokens=28650).flops
+    share = calibrate.prefill_peak_share(ttft).loc[pid]
+    assert share == pytest.approx(flops / 989.5e12 / ttft.loc[pid, "value"], rel=1e-9)
+    assert 0.6 < share < 0.62
+    with pytest.raises(ValueError, match="one request in flight"):
+        calibrate.prefill_peak_share(points[points["role"] == "train"].head(1))
+
+
 def test_nnls_known_answer():
     # min |a·x − b| with x ≥ 0: a = I, b = (1, −2) → x = (1, 0)
     a, b = np.eye(2), np.array([1.0, -2.0])

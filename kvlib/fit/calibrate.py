@@ -1217,6 +1217,22 @@ def slow_end(model: Model | str, gpu: GPU | str, engine: str, n_gpus: int, batch
 TTFT_BANDS_FILE = "speed_ttft_bands.csv"
 
 
+def prefill_peak_share(points: pd.DataFrame) -> pd.Series:
+    """For each one-request TTFT point of ``points`` (``speed_points`` rows): the share of the
+    GPU's dense peak at which its prompt was prefilled, if the measured TTFT were all prefill —
+    the FLOPs of ``roofline.prefill_step`` at η = 1 ÷ peak FLOP/s (its ``compute_s``) ÷ the
+    measured seconds. A share above ``CALIBRATED.compute`` means the prefill ran closer to the
+    peak than the fitted compute share."""
+    def share(p: pd.Series) -> float:
+        if p["metric"] != TTFT_METRIC or int(p["concurrency"]) != 1:
+            raise ValueError(f"{p.name}: not a time to first token at one request in flight")
+        d = Deployment(_model(p["model"]), _gpu(p["gpu"]), tp=int(p["tp"]),
+                       weights=p["weight_format"], kv=p["kv_dtype"], engine=p["engine"])
+        step = roofline.prefill_step(d, batch=1, prompt_tokens=int(p["input_tokens"]))
+        return step.compute_s / float(p["value"])
+    return pd.Series({i: share(p) for i, p in points.iterrows()}, dtype=float)
+
+
 def ttft_errors() -> pd.DataFrame:
     """The time-to-first-token model against measurements it was never fitted to, by requests
     in flight: ``ttft_error_table`` as stored in ``data/<TTFT_BANDS_FILE>``."""
