@@ -260,6 +260,30 @@ def test_leave_one_source_out_refits_without_the_source(points):
     assert math.isfinite(loso["error"].abs().median())
     with pytest.raises(KeyError, match="no modern decode points"):
         calibrate.leave_one_source_out(["Some blog"])
+    # the constants a left-out source is predicted with are fit_without's
+    eff = calibrate.fit_without("Vultr inference cookbook")
+    vultr = loso[loso["source_group"] == "Vultr inference cookbook"]
+    every = calibrate._all_parts()
+    assert all(math.isclose(every[i].predict(eff), p, rel_tol=1e-12)
+               for i, p in vultr["predicted"].items())
+    with pytest.raises(KeyError, match="no modern decode points"):
+        calibrate.fit_without("Some blog")
+
+
+def test_kv_read_share_grows_with_the_batch(points):
+    # TensorRT-LLM serving Llama-3.1-8B on one H100, 1,024-token prompts, 128 out (aiconfigurator):
+    # the weights are read once a step whatever the batch, the cache once per request, so the
+    # cache's share of the bytes grows with the requests in flight; at 8 requests, about
+    # 8 × 1,088 tokens × 128 KiB (BF16 cache) = 1.14 GB against 16.06 GB of BF16 weights: 6.6%
+    # (7.1% with the prompt chunks the serving steps also read the cache for)
+    pick = points[(points["model"] == "llama-3.1-8b") & (points["gpu"] == "h100-sxm")
+                  & (points["engine"] == "tensorrt-llm") & (points["tp"] == 1)
+                  & (points["input_tokens"] == 1024) & (points["output_tokens"] == 128)
+                  & points["role"].isin(["train", "test"])].sort_values("concurrency")
+    share = calibrate.kv_read_share(pick.index)
+    assert list(pick["concurrency"]) == [8, 16, 32, 64, 128]
+    assert share.is_monotonic_increasing and 0 < share.iloc[0] < share.iloc[-1] < 1
+    assert 0.05 < share.iloc[0] < 0.09
 
 
 # --- the fresh validation set, the three errors side by side, case bands (issue 22) ---------

@@ -467,10 +467,16 @@ TERM_SETS = (
           "a cost per request per GPU vendor", step="vendor", requests="vendor", stages=True),
     Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
           "a cost per request per engine build", step="vendor", requests="engine", stages=True),
+    Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
+          "a cost per request per GPU vendor, η_kv = η_w", step="vendor", tie_kv=True,
+          requests="vendor", stages=True),
+    Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
+          "a cost per request per engine build, η_kv = η_w", step="vendor", tie_kv=True,
+          requests="engine", stages=True),
 )
 #: The term set ``roofline.CALIBRATED`` is fitted with: the lowest leave-one-source-out median
 #: of ``TERM_SETS`` (``kvlib.fit.terms``; data/speed_term_selection.csv).
-CHOSEN_TERMS = TERM_SETS[6]
+CHOSEN_TERMS = TERM_SETS[7]
 
 
 def _cost_group(key: str, how: str) -> str:
@@ -638,14 +644,42 @@ def error_summary(results: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
+def _decode_points() -> pd.DataFrame:
+    pts = speed_points()
+    return pts[pts["role"].isin(["train", "test"])]
+
+
+def kv_read_share(point_ids: Sequence[str]) -> pd.Series:
+    """For each modern decode point: the KV cache's share of the bytes its steps read (KV ÷
+    (weights + KV), each step weighted as the point counts it) — how much reading the cache
+    weighs in the point, whatever the shares it is read at."""
+    every = _all_parts()
+    def share(p: Parts) -> float:
+        kv = float((p.weight * p.kv_s).sum())
+        return kv / (kv + float((p.weight * p.weights_s).sum()))
+    return pd.Series({i: share(every[i]) for i in point_ids}, dtype=float)
+
+
+def fit_without(group: str, terms: Terms = CHOSEN_TERMS) -> Efficiency:
+    """``terms`` fitted on every modern decode point (both halves) except source group
+    ``group``'s: the constants ``leave_one_source_out`` predicts that group with. KeyError
+    naming the known groups for one with no decode points."""
+    decode = _decode_points()
+    known = sorted(decode["source_group"].unique())
+    if group not in known:
+        raise KeyError(f"no modern decode points from {group!r}; sources: {known}")
+    every = _all_parts()
+    rest = decode[decode["source_group"] != group]
+    return fit({i: every[i] for i in rest.index}, rest["value"].to_dict(), terms)
+
+
 def leave_one_source_out(groups: Sequence[str] | None = None,
                          terms: Terms = CHOSEN_TERMS) -> pd.DataFrame:
     """For each source group of the modern decode points (or each of ``groups``): refit
     ``terms`` on every other group's points (both halves) and predict the left-out group. One
     row per point: ``source_group``, ``engine``, ``tp``, ``value``, ``predicted``, ``error`` and
     ``fitted_without`` (the points the refit used)."""
-    pts = speed_points()
-    decode = pts[pts["role"].isin(["train", "test"])]
+    decode = _decode_points()
     every = _all_parts()
     rows = []
     known = sorted(decode["source_group"].unique())
@@ -653,13 +687,13 @@ def leave_one_source_out(groups: Sequence[str] | None = None,
     if unknown:
         raise KeyError(f"no modern decode points from {unknown}; sources: {known}")
     for group in (known if groups is None else sorted(groups)):
-        rest = decode[decode["source_group"] != group]
-        eff = fit({i: every[i] for i in rest.index}, rest["value"].to_dict(), terms)
+        eff = fit_without(group, terms)
+        rest_n = int((decode["source_group"] != group).sum())
         for i, p in decode[decode["source_group"] == group].iterrows():
             pred = every[i].predict(eff)
             rows.append({"id": i, "source_group": group, "engine": p["engine"], "tp": p["tp"],
                          "value": p["value"], "predicted": pred, "error": pred / p["value"] - 1,
-                         "fitted_without": len(rest)})
+                         "fitted_without": rest_n})
     return pd.DataFrame(rows).set_index("id")
 
 

@@ -18,11 +18,12 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
   small batch costs each touched expert a whole tile;
 * β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
   the shares an engine achieves streaming weights, reading the paged KV cache (attention
-  kernels gather scattered blocks) and doing matmuls (fitted);
+  kernels gather scattered blocks) and doing matmuls (fitted; ``CALIBRATED`` ties η_kv to η_w);
 * fixed costs: a per-step cost (one per GPU vendor's software stack, stored for each engine
   build on it), a per-block cost by block kind (kernel launches and small ops that do not grow
-  with bytes), a cost per request the step schedules, one per engine build (its scheduler's
-  bookkeeping, sampling and output handling for each request), and under tensor parallelism a
+  with bytes), a cost per request the step schedules (in ``CALIBRATED`` one per GPU vendor
+  too: the scheduler's bookkeeping, sampling and output handling for each request), and under
+  tensor parallelism a
   cost per block per doubling of the group (the synchronisation each block's all-reduce and
   the kernels around it add inside an engine, beyond the microbenchmarked latency α) — all
   fitted by :mod:`kvlib.fit.calibrate`, the terms chosen by leave-one-source-out error;
@@ -150,30 +151,31 @@ def engine_key(engine: str, gpu: GPU) -> str:
 #: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
-#: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one step
-#: cost per GPU vendor, one cost per block kind and per doubling of the tensor-parallel group,
-#: and one cost per scheduled request per engine build, the candidate with the lowest
-#: leave-one-source-out error (see Appendix A, chapters/appendix_a_validation.md, for its
-#: errors); tests/test_calibrate.py refits and checks these values.
+#: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one share
+#: of the bandwidth for weight and KV reads alike, one step cost and one cost per scheduled
+#: request per GPU vendor, one cost per block kind and per doubling of the tensor-parallel
+#: group, the candidate with the lowest leave-one-source-out error (see Appendix A,
+#: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
+#: checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
-    kv_bandwidth=0.83, compute=0.55,
-    step_s=(("sglang", 0.062e-3),
-            ("sglang-rocm", 1.385e-3),
-            ("tensorrt-llm", 0.062e-3),
-            ("vllm", 0.062e-3),
-            ("vllm-rocm", 1.385e-3)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.75,
+    kv_bandwidth=0.75, compute=0.60,
+    step_s=(("sglang", 0.043e-3),
+            ("sglang-rocm", 1.342e-3),
+            ("tensorrt-llm", 0.043e-3),
+            ("vllm", 0.043e-3),
+            ("vllm-rocm", 1.342e-3)),
     block_s=(("attention", 0.0e-6),
-             ("mla", 30.0e-6),
-             ("recurrent", 49.8e-6),
-             ("dense_ffn", 18.1e-6),
-             ("moe_ffn", 32.7e-6)),
-    request_s=(("sglang", 28.5e-6),
-               ("sglang-rocm", 86.6e-6),
-               ("tensorrt-llm", 9.0e-6),
-               ("vllm", 5.9e-6),
-               ("vllm-rocm", 73.3e-6)),
-    stage_s=5.6e-6,
+             ("mla", 36.3e-6),
+             ("recurrent", 52.5e-6),
+             ("dense_ffn", 15.5e-6),
+             ("moe_ffn", 28.8e-6)),
+    request_s=(("sglang", 13.8e-6),
+               ("sglang-rocm", 75.5e-6),
+               ("tensorrt-llm", 13.8e-6),
+               ("vllm", 13.8e-6),
+               ("vllm-rocm", 75.5e-6)),
+    stage_s=5.8e-6,
     communication=True, source="kvlib.fit.calibrate.fit")
 
 
