@@ -597,13 +597,14 @@ def rounded(eff: Efficiency) -> Efficiency:
         communication=eff.communication, source=eff.source)
 
 
-def fit_train_half() -> Efficiency:
-    """``fit`` on the train half of the modern decode points, rounded as
-    ``roofline.CALIBRATED`` stores it (tests/test_calibrate.py checks the two agree)."""
+def fit_train_half(terms: Terms = CHOSEN_TERMS) -> Efficiency:
+    """``fit`` of ``terms`` on the train half of the modern decode points, rounded as
+    ``roofline.CALIBRATED`` stores it (with the chosen terms, tests/test_calibrate.py checks the
+    two agree)."""
     pts = speed_points()
     train = pts[pts["role"] == "train"]
     every = _all_parts()
-    return rounded(fit({i: every[i] for i in train.index}, train["value"].to_dict()))
+    return rounded(fit({i: every[i] for i in train.index}, train["value"].to_dict(), terms))
 
 
 # --- errors --------------------------------------------------------------------------------

@@ -28,11 +28,7 @@ def term_errors(terms: Terms) -> dict[str, float | int | str | bool]:
     """One row of ``term_selection`` for ``terms``: its name and switches, then n and median
     |error| of the random split, n, median and share beyond 40% of leave-one-source-out, and
     the same of the fresh set (fractions)."""
-    pts = calibrate.speed_points()
-    every = calibrate._all_parts()
-    train = pts[pts["role"] == "train"]
-    eff = calibrate.rounded(calibrate.fit({i: every[i] for i in train.index},
-                                          train["value"].to_dict(), terms))
+    eff = calibrate.fit_train_half(terms)
     held = calibrate.validate(eff)
     held = held.loc[held["role"] == "test", "error"].abs()
     loso = calibrate.leave_one_source_out(terms=terms)["error"].abs()
