@@ -256,3 +256,33 @@ def test_stage_blocks_agree_with_vllms_own_kv_cache_planning(tmp_path):
     pool = kvlib.kv_pool(d)
     assert stages[0].num_blocks > stages[1].num_blocks  # the last stage also samples
     assert [c.num_blocks for c in configs] == [pool.num_blocks] * 2 == [stages[1].num_blocks] * 2
+
+
+def test_pipeline_points_against_their_one_group_partners():
+    from kvlib.fit.parallel import pipeline_validation
+    from kvlib.serve.measured import serving_errors
+    v = pipeline_validation()
+    # surajssd/llm-k8s: Llama-3.3-70B on A100 40GB, TP 4 × PP 2 over two nodes (sb025–sb027 over
+    # TCP, sb029–sb031 over InfiniBand) beside TP 8 on one node (sb021–sb023), at 1, 4 and 16
+    # req/s; the rate-inf points (sb024, sb028, sb032) are left out
+    assert list(v.index) == ["sb025", "sb026", "sb027", "sb029", "sb030", "sb031"]
+    assert list(v["partner"]) == ["sb021", "sb022", "sb023"] * 2
+    assert {tuple(r) for r in v[["tp", "pp", "partner_tp", "partner_pp"]].to_numpy()} == \
+        {(4, 2, 8, 1)}
+    # Little's law at 1 req/s over InfiniBand: 0.924709 req/s × 44.0363 ms × (213.6 − 1) tokens
+    # = 8.66 requests decoding → 9; its TP 8 partner: 0.974567 × 24.5644 ms × 212.6 = 5.09 → 5
+    assert (v.loc["sb029", "batch"], v.loc["sb029", "partner_batch"]) == (9, 5)
+    row = v.loc["sb029"]
+    assert row["measured"] == pytest.approx(0.0438254) and row["partner_measured"] == \
+        pytest.approx(0.0245413)
+    assert row["ratio_error"] == pytest.approx(
+        (row["predicted"] / row["partner_predicted"]) / (0.0438254 / 0.0245413) - 1)
+    # the pure decode pass is optimistic on both; the pipeline's extra time is near the model's
+    # at 1 req/s and short of it under load
+    assert (v["error"] < 0).all() and (v["partner_error"] < 0).all()
+    assert v.loc[["sb025", "sb029"], "ratio_error"].abs().max() < 0.1
+    assert (v.loc[["sb026", "sb027", "sb030", "sb031"], "ratio_error"] < -0.2).all()
+    # the serving replay does not time them as one group
+    replay = serving_errors()
+    assert (replay.loc[v.index, "not_replayed"]
+            == "2 pipeline stages: the replay times one tensor-parallel group").all()

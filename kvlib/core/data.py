@@ -459,6 +459,7 @@ SCHEMAS: dict[str, Schema] = {
                   "dataset": TEXT, "num_prompts": _POSITIVE_COUNT,
                   "load_kind": choice("request_rate", "concurrency"), "notes": TEXT},
         optional={"model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL, "tp": _POSITIVE_COUNT,
+                  "pp": _POSITIVE_COUNT,
                   "max_num_seqs": _POSITIVE_COUNT, "max_num_batched_tokens": _POSITIVE_COUNT,
                   "input_tokens": _POSITIVE, "output_tokens": _POSITIVE,
                   "request_rate": rate(), "max_concurrency": _POSITIVE_COUNT,

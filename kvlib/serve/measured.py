@@ -5,7 +5,9 @@ Each row of the file is one load point of a published ``vllm bench serve`` /
 request rate or a client concurrency, and the latencies measured. ``serving_errors`` replays
 every row kvlib can place — a registry model, a GPU of ``data/gpus.csv`` and a TP degree — with
 ``bench_serve`` and the row's own settings, and returns predicted ÷ measured − 1 of median and
-p99 TTFT, median TPOT and request throughput, with the row's load band.
+p99 TTFT, median TPOT and request throughput, with the row's load band. A row with pipeline
+stages is placed but not replayed (the replay's step law times one tensor-parallel group):
+``kvlib.fit.parallel.pipeline_validation`` compares it with the pipeline model.
 
 What a replay assumes, since the sources print means only: the prompts and outputs are drawn
 uniform within ±``RANGE_RATIO[dataset]`` of the stated means; weights and KV cache are 16-bit
@@ -62,6 +64,11 @@ def _band(row: pd.Series, saturated: float) -> str:
     return next(label for lo, hi, label in RATE_BANDS if lo <= share and (share < hi or hi == math.inf))
 
 
+def stages(row: pd.Series) -> int:
+    """Pipeline stages of a benchmark row (its ``pp``; empty is 1)."""
+    return 1 if pd.isna(row["pp"]) else int(row["pp"])
+
+
 def _placeable(row: pd.Series) -> bool:
     return (isinstance(row["model_slug"], str) and isinstance(row["gpu_slug"], str)
             and not pd.isna(row["tp"]) and not pd.isna(row["input_tokens"])
@@ -78,6 +85,13 @@ def serving_errors() -> pd.DataFrame:
     rows = []
     for key, row in benchmarks().iterrows():
         if not _placeable(row):
+            continue
+        if stages(row) > 1:
+            rows.append({"id": key, "engine": row["engine"], "model": row["model_slug"],
+                         "gpu": row["gpu_slug"], "tp": int(row["tp"]), "dataset": row["dataset"],
+                         "band": "", "source_url": row["source_url"],
+                         "not_replayed": f"{stages(row)} pipeline stages: the replay times one "
+                                         "tensor-parallel group"})
             continue
         d = Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"]),
                        weights=row["weight_format"] if isinstance(row["weight_format"], str)
