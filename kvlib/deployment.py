@@ -64,8 +64,10 @@ class VLLMMemoryRules:
     cache is sized; sampler_term: how kvlib charges the dummy sampling pass ("fitted": the
     calibrated fp32 copies of the sorting pipeline, ``Overheads.sampler_copies``; "triton":
     the tensors of the Triton top-k/top-p path, ``Overheads.triton_fp32_tensors``; "logits":
-    one logits tensor in the model dtype, ``Overheads.logit_bytes``); the activation profile and tensor-parallel
-    buffers, in words; source."""
+    one logits tensor in the model dtype, ``Overheads.logit_bytes``; "warmup": vLLM 0.33's
+    second pass with every sampling parameter on, the logits and ``Overheads.warmup_fp32_tensors``
+    fp32 tensors where FlashInfer samples, ``capacity.sampler_bytes``); the activation profile
+    and tensor-parallel buffers, in words; source."""
 
     since: str
     until: str

@@ -137,8 +137,8 @@ def test_grid_rows_are_the_serving_pipeline(grid):
     row = grid[(grid["model"] == "llama-3.1-8b") & (grid["weights"] == "bf16")
                & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
                & (grid["input_tokens"] == 7168)].iloc[0]
-    # the pool holds 26,235 blocks; a request of 8,192 tokens needs 512: 51.24 → batch 51
-    assert (row["n_gpus"], row["max_concurrency"], row["batch"]) == (1, 26_235 / 512, 51)
+    # the pool holds 27,488 blocks; a request of 8,192 tokens needs 512: 53.69 → batch 53
+    assert (row["n_gpus"], row["max_concurrency"], row["batch"]) == (1, 27_488 / 512, 53)
     p = serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
                       max_model_len=8192)
     assert row["tokens_per_s"] == p.tokens_per_s and row["ttft_s"] == p.ttft_s
@@ -226,7 +226,7 @@ def test_band_side_and_the_measured_batch_limit():
     mi300x = ("deepseek-v3", "mi300x", "vllm", 8)
     assert calibrate.slow_end(*mi300x, 16, 512) == 1 + calibrate.case_band(*mi300x, 16).low
     assert calibrate.case_band(*mi300x, 16).low < error_band(8, 16).low
-    # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 610 requests in flight, past 512, so
+    # Llama-3.1-8B on one MI300X, 1,024 + 1,024 tokens: 624 requests in flight, past 512, so
     # the grid gives it the case's band at 512: the 17 held-out points of dense models on vLLM
     # on AMD GPUs (TP 1 and batch 129–512 have too few), 10th–90th percentile −12% … +6%,
     # narrower than the TP 1 × batch 129–512 band of every model (−20% … +4%)
@@ -234,7 +234,7 @@ def test_band_side_and_the_measured_batch_limit():
                              requests=[(1024, 1024)]).query("weights == 'bf16'").iloc[0]
     band = calibrate.case_band("llama-3.1-8b", "mi300x", "vllm", 1, 512)
     assert band.scope == "held-out points of AMD GPUs, vLLM, dense GQA" and band.n == 17
-    assert row["batch"] == 610 and (row["band_low"], row["band_high"]) == (band.low, band.high)
+    assert row["batch"] == 624 and (row["band_low"], row["band_high"]) == (band.low, band.high)
     assert (band.low, band.high) == (-0.1168, 0.0635)
     assert error_band(1, 512).low < band.low < 0 < band.high
     assert row["tokens_per_s_low"] < row["tokens_per_s"] < row["tokens_per_s_high"]
@@ -314,8 +314,8 @@ def test_calculator_data_and_html(grid):
     cols = data["cols"]
     key = [0, 0, 0, 0, 0, 0, 8192, data["prompts"].index(7168), data["outputs"].index(1024)]
     (row,) = [r for r in data["rows"] if r[:9] == key]
-    assert row[cols.index("n_gpus")] == 1 and row[cols.index("batch")] == 51
-    assert data["ttft_bands"][row[cols.index("ttft_band")]][0] == "33–128"  # batch 51's range
+    assert row[cols.index("n_gpus")] == 1 and row[cols.index("batch")] == 53
+    assert data["ttft_bands"][row[cols.index("ttft_band")]][0] == "33–128"  # batch 53's range
     band = data["bands"][row[cols.index("band")]]
     # NVIDIA GPUs, vLLM, dense GQA, TP 1 (27 held-out points): the band holds the figure
     assert band[0] == "held-out points of NVIDIA GPUs, vLLM, dense GQA, TP 1"
@@ -579,7 +579,7 @@ def test_grid_prices_speculation_at_the_cases_batch(grid):
                 & (grid["gpu"] == "h100-sxm") & (grid["max_model_len"] == 8192)
                 & (grid["input_tokens"] == 7168)].iloc[0]
     assert (case["spec_source"], case["spec_method"], case["spec_k"]) == ("sp12", "eagle3", 4)
-    assert case["spec_why_not"] == "" and 1 <= case["spec_batch"] <= case["batch"] == 51
+    assert case["spec_why_not"] == "" and 1 <= case["spec_batch"] <= case["batch"] == 53
     # the draft layer holds 8 KV heads × 128 × 2 (K, V) × 2 bytes = 4,096 bytes a token beside
     # the target's 32 × 4,096 = 131,072, and its weights come first: at most 32/33 of the tokens
     assert case["spec_pool_tokens"] <= case["spec_base_pool_tokens"] * 32 / 33

@@ -50,7 +50,7 @@ def test_each_engine_serves_from_its_own_pool():
                        engine="sglang")
     sg_pool = kvlib.kv_pool(kvlib.Deployment("llama-3.1-8b", "h100-sxm", engine="sglang",
                                              max_model_len=200))
-    assert vllm.max_concurrency == 419_760 / 208 and vllm.batch == 1024  # max_num_seqs
+    assert vllm.max_concurrency == 439_808 / 208 and vllm.batch == 1024  # max_num_seqs
     assert sg.max_concurrency == sg_pool.tokens / 200 and sg_pool.block_size == 1
     assert sg.batch == 2096 and sg.gpu_memory_utilization == 0.835  # SGLang's H100 default
     assert sg.band.engine == "sglang"
@@ -93,7 +93,7 @@ def test_refusals_are_typed():
         "llama-3.1-70b", "h100-sxm", 2560)
     with pytest.raises(BatchTooLarge) as big:
         serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024, batch=500)
-    assert big.value.batch == 500 and 51 < big.value.max_concurrency < 52
+    assert big.value.batch == 500 and 53 < big.value.max_concurrency < 54
     with pytest.raises(ValueError, match="input_tokens"):
         serving_point("llama-3.1-8b", "h100-sxm", input_tokens=0, output_tokens=10)
     with pytest.raises(ValueError, match="batch"):

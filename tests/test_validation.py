@@ -8,6 +8,8 @@ import pytest
 
 import kvlib
 from kvlib import deployment
+from kvlib.engines import capacity
+from kvlib.engines.capacity import VLLM
 from kvlib.fit import validation
 
 
@@ -184,7 +186,8 @@ def test_each_predicted_vllm_log_names_the_rules_its_release_and_model_get():
     for log_id, row in logs[logs["vllm_rules"] != ""].iterrows():
         pool = validation.log_pool(log_id)
         if deployment.vllm_release(row["engine_version"]) is None:
-            assert row["vllm_rules"] == "before 0.17"  # dated by its source
+            assert row["vllm_rules"] == "before 0.17"  # dated by its source, and sized by it:
+            assert (pool.model_runner, pool.engine_version) == ("v1", "0.16.0")  # the sort
             continue
         rules = deployment.vllm_memory_rules(
             row["engine_version"], row["model_slug"],
@@ -198,6 +201,19 @@ def test_each_predicted_vllm_log_names_the_rules_its_release_and_model_get():
     v2 = validation.log_pool("el48")
     assert v2.model_runner == "v2" and v2.activation_sampler_bytes == 2 * 256 * 151_936
     assert v2.activation_peak_bytes == v2.activation_forward_bytes
+
+
+def test_a_log_that_prints_no_release_gets_the_rules_its_source_dates():
+    # not the pinned release's: el01 (vllm#10517, 2024) is sized with the sorting term of the
+    # releases before 0.17, 8.5 × 4 B × 256 rows (its max_num_seqs) × 128,256 vocabulary
+    assert validation.dated_release("before 0.17") == "0.16.0"
+    assert validation.dated_release("0.17–0.20, V1 runner") == "0.17.0"
+    assert validation.dated_release("") is None
+    with pytest.raises(ValueError, match="no row"):
+        validation.dated_release("0.99, V3 runner")
+    pool = validation.log_pool("el01")
+    assert pool.activation_sampler_bytes == capacity.sampler_bytes(
+        VLLM, "fitted", pool.sampled_rows, 128_256)
 
 
 def test_a_log_that_could_not_start_keeps_its_terms():

@@ -364,7 +364,7 @@ SCHEMAS: dict[str, Schema] = {
                                         "listed or dense", "fallback"),
                   "default_gpu_memory_utilization": number(maximum=1, positive=True),
                   "cuda_graphs_in_profile": choice("true", "false"),
-                  "sampler_term": choice("fitted", "triton", "logits"),
+                  "sampler_term": choice("fitted", "triton", "logits", "warmup"),
                   "activation_profile": TEXT, "tp_buffers": TEXT, "source_url": URL,
                   "accessed": DATE, "notes": TEXT},
         optional={"default_architectures": TEXT},

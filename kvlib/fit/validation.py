@@ -39,8 +39,10 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
     """The pool kvlib predicts for one start-up log of ``data/engine_logs.csv``.
 
     Uses the log's model, GPU (its logged CUDA total when printed), tensor-parallel degree,
-    utilization (else the default of the vLLM release it prints, else the book's 0.9: every
-    unversioned log predates v0.21), profiled batch and sampled rows; with ``use_logged_weights`` the logged
+    utilization (else the default of the vLLM release it prints), profiled batch and sampled
+    rows, and the memory rules of the release it prints — or, where it prints none, of the
+    releases its ``vllm_rules`` column dates it to (``dated_release``: every such log predates
+    v0.17, whose sampling pass sorts); with ``use_logged_weights`` the logged
     "Model loading took" replaces the computed weights (isolating the overhead terms). A log
     whose engine could not start (el06 prints −2.14 GiB) keeps its terms: the pool of the
     ``NoKVMemory`` kvlib raises for it.
@@ -58,7 +60,8 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
         gpu = replace(gpu, memory_bytes_runtime=round(total * GIB))
     weights = _num(row["model_weights_gib"]) if use_logged_weights else None
     kv_dtype = row["kv_cache_dtype"] or "bf16"
-    release = row["engine_version"] if vllm_release(row["engine_version"]) else None
+    release = (row["engine_version"] if vllm_release(row["engine_version"])
+               else dated_release(row["vllm_rules"]))
     d = Deployment(row["model_slug"], gpu, tp=int(row["tp"] or row["n_gpus"] or 1),
                    weights=row["weight_format"] or "bf16", kv=kv_dtype, engine_version=release,
                    gpu_memory_utilization=_num(row["gpu_memory_utilization"]),
@@ -66,6 +69,22 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
                    max_num_seqs=int(row["max_num_seqs"]) if row["max_num_seqs"] else None)
     return pool_arithmetic(d, overheads=overheads,
                            weights_bytes_per_gpu=None if weights is None else round(weights * GIB))
+
+
+def dated_release(rules_label: str) -> str | None:
+    """A release the memory rules labelled ``rules_label`` cover ("before 0.17" → "0.16.0",
+    "0.17–0.20, V1 runner" → "0.17.0"), for a log that prints no release but is dated by its
+    source (``engine_logs.csv`` ``vllm_rules``); None for an empty label (the pinned release's
+    rules)."""
+    if not rules_label:
+        return None
+    for rules in vllm_rule_rows():
+        if rules.label == rules_label:
+            if rules.since:
+                return rules.since
+            major, minor = vllm_release(rules.until)[:2]
+            return f"{major}.{minor - 1}.0"
+    raise ValueError(f"engine_logs.csv: no row of vllm_memory_rules.csv is labelled {rules_label!r}")
 
 
 def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
