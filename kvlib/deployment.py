@@ -64,8 +64,13 @@ class VLLMMemoryRules:
     cache is sized; sampler_term: how kvlib charges the dummy sampling pass ("fitted": the
     calibrated fp32 copies of the sorting pipeline, ``Overheads.sampler_copies``; "triton":
     the tensors of the Triton top-k/top-p path, ``Overheads.triton_fp32_tensors``; "logits":
-    one logits tensor in the model dtype, ``Overheads.logit_bytes``); the activation profile and tensor-parallel
-    buffers, in words; source."""
+    one logits tensor in the model dtype, ``Overheads.logit_bytes``; "warmup": vLLM 0.33's
+    second pass with every sampling parameter on, the logits and ``Overheads.warmup_fp32_tensors``
+    fp32 tensors where FlashInfer samples, ``capacity.sampler_bytes``);
+    sampler_state_in_profile: the V2 runner's persistent penalty state
+    (``capacity.sampler_state_bytes``) is counted as non-KV memory (V2 rows from 0.27.0, whose
+    profile takes the whole drop in free memory since start-up); the activation profile
+    and tensor-parallel buffers, in words; source."""
 
     since: str
     until: str
@@ -75,13 +80,14 @@ class VLLMMemoryRules:
     default_gpu_memory_utilization: float
     cuda_graphs_in_profile: bool
     sampler_term: str
+    sampler_state_in_profile: bool
     activation_profile: str
     tp_buffers: str
     source: str
 
     @property
     def label(self) -> str:
-        """The releases and runner in words: "before 0.17", "0.25–0.28, V2 runner"."""
+        """The releases and runner in words: "before 0.17", "0.27–0.28, V2 runner"."""
         if not self.since:
             return f"before {_minor(self.until)}"
         first = _minor(self.since)
@@ -142,7 +148,9 @@ def vllm_rule_rows() -> tuple[VLLMMemoryRules, ...]:
             default_for=r["default_for"], architectures=tuple(r["default_architectures"].split()),
             default_gpu_memory_utilization=float(r["default_gpu_memory_utilization"]),
             cuda_graphs_in_profile=r["cuda_graphs_in_profile"] == "true",
-            sampler_term=r["sampler_term"], activation_profile=r["activation_profile"],
+            sampler_term=r["sampler_term"],
+            sampler_state_in_profile=r["sampler_state_in_profile"] == "true",
+            activation_profile=r["activation_profile"],
             tp_buffers=r["tp_buffers"], source=r["source_url"]) for r in csv.DictReader(f))
 
 

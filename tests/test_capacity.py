@@ -34,19 +34,25 @@ def test_article_example_every_term_budget_minus_weights():
 
 
 def test_article_example_with_vllm_overheads():
-    # sampler peak: 8.5 × 1,024 rows × 128,256 vocab × 4 B = 4,465,360,896 (sampled rows
+    # sampler peak (vLLM 0.33's warm-up pass, FlashInfer on an H100): the bf16 logits and three
+    # fp32 tensors, (2 + 12) × 1,024 rows × 128,256 vocab = 1,838,678,016 B (sampled rows
     # default to 1,024 on an H100); forward: 1.675 × 8,192 × (4,096 + 2 × 14,336) × 2 B, smaller
     p = kv_pool("llama-3.1-8b", "h100-sxm")
     assert p.max_num_seqs == 1024
-    assert p.activation_sampler_bytes == int(8.5 * 1024 * 128_256 * 4) == 4_465_360_896
+    assert p.activation_sampler_bytes == 14 * 1024 * 128_256 == 1_838_678_016
     assert p.activation_forward_bytes == int(1.675 * 8192 * 32_768 * 2)
     assert p.activation_peak_bytes == p.activation_sampler_bytes
     assert p.non_torch_bytes == round(0.94 * GIB)
+    # the V2 runner's penalty state, counted since 0.27: int32 counts of every vocabulary token
+    # per request slot and the prompt's bit mask, 4 × 1,024 × (128,256 + ⌈128,256 ÷ 32⌉ = 4,008)
+    assert p.sampler_state_bytes == 4 * 1024 * (128_256 + 4_008) == 541_753_344
     assert p.available_kv_bytes == (p.budget_bytes - p.weights_bytes_per_gpu
-                                    - p.activation_peak_bytes - p.non_torch_bytes)
-    # 0.9 × 85,061,827,297 − 16,060,522,496 weights − 4,465,360,896 − 1,009,317,315 =
-    # 55,020,443,860 B; ÷ 2 MiB blocks (16 tokens × 131,072 B) → 26,235 blocks
-    assert p.tokens == p.num_blocks * 16 == 419_760
+                                    - p.activation_peak_bytes - p.sampler_state_bytes
+                                    - p.non_torch_bytes)
+    # 0.9 × 85,061,827,297 − 16,060,522,496 weights − 1,838,678,016 − 541,753,344 −
+    # 1,009,317,315 = 57,105,373,396 B; ÷ 2 MiB blocks (16 tokens × 131,072 B) → 27,229 blocks
+    assert p.available_kv_bytes == 57_105_373_396
+    assert p.tokens == p.num_blocks * 16 == 435_664
     terms = p.terms()
     assert terms["bytes"].iloc[-1] == p.kv_bytes_per_gpu
 
@@ -65,13 +71,21 @@ def test_tensor_parallel_shards_weights_and_kv_heads():
     assert one.weights_bytes_per_gpu < 33.0 * GIB  # 131.4 GiB / 4
 
 
-def test_bf16_70b_does_not_fit_two_h100s_with_vllm_overheads():
-    # 70.6 B params × 2 B / 2 GPUs = 65.7 GiB of weights + activations + 0.94 + 2.54 GiB
-    # non-torch (NVLink TP) > 0.9 × 79.22 = 71.30 GiB: a one-line refusal naming every term
-    with pytest.raises(NoKVMemory, match=r"weights 6\d\.\d\d GiB \+ activations .* non-torch "
-                       r"3\.48 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 GiB") as err:
+def test_bf16_70b_on_two_h100s_is_refused_at_0_9_and_leaves_a_sliver_at_0_92():
+    # 70.6 B params × 2 B / 2 GPUs = 70,555,025,408 B (65.71 GiB) of weights; 0.9 × 79.22 GiB =
+    # 76,555,644,567 B budget; − 1,838,678,016 (0.33's warm-up sampling pass, 1,024 rows) −
+    # 541,753,344 (the V2 sampler's penalty state) − 3,736,621,548 non-torch (0.94 + 2.54 GiB,
+    # NVLink TP) = −116,433,749 B: the engine refuses, in a one-line refusal naming every term
+    with pytest.raises(NoKVMemory, match=r"weights 65\.71 GiB \+ activations 1\.71 GiB \+ sampler "
+                       r"state 0\.50 GiB \+ non-torch 3\.48 GiB ≥ 0\.9 × 79\.22 GiB = 71\.30 "
+                       r"GiB") as err:
         kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2)
-    assert err.value.pool.available_kv_bytes < 0 and isinstance(err.value, ValueError)
+    assert err.value.pool.available_kv_bytes == -116_433_749 and isinstance(err.value, ValueError)
+    assert err.value.pool.weights_bytes_per_gpu == 70_555_025_408
+    # at vLLM's own default of 0.92 the budget is 78,256,881,113 B: 1,584,802,797 B left, 604
+    # blocks of 16 tokens × 80 layers × 8 KV heads ÷ 2 GPUs × 128 × 2 × 2 B: 9,664 tokens
+    pool = kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, gpu_memory_utilization=0.92)
+    assert pool.available_kv_bytes == 1_584_802_797 and pool.tokens == 9_664
     assert kv_pool("llama-3.1-70b", "h100-sxm", n_gpus=2, weight_dtype="fp8").tokens > 150_000
 
 
@@ -256,25 +270,31 @@ def test_the_model_runner_each_release_gives_a_model():
     assert runner("0.27.1", None) == "v1" and runner("0.29.0", None) == "v2"
     # one default utilization per release, whatever the runner; the V2 runner of 0.22–0.28
     # subtracts no CUDA-graph estimate, and only 0.22–0.32's profiles no fp32 sampling pipeline
+    # (0.33's profiles its warm-up pass)
     for minor in range(0, 40):
         version = f"0.{minor}.0"
         pair = {deployment.vllm_memory_rules(version, m).default_gpu_memory_utilization
                 for m in ("qwen3-8b", "qwen3-30b-a3b")}
         assert len(pair) == 1, version
     v2 = {r.label: r for r in deployment.vllm_rule_rows() if r.runner == "v2"}
-    assert [(r.cuda_graphs_in_profile, r.sampler_term) for r in v2.values()] == [
-        (False, "logits")] * 4 + [(True, "logits"), (True, "fitted")]
+    assert [(r.cuda_graphs_in_profile, r.sampler_term, r.sampler_state_in_profile)
+            for r in v2.values()] == [(False, "logits", False)] * 4 + [
+        (False, "logits", True), (True, "logits", True), (True, "warmup", True)]
     assert list(v2) == ["0.22, V2 runner", "0.23, V2 runner", "0.24, V2 runner",
-                        "0.25–0.28, V2 runner", "0.29–0.32, V2 runner",
+                        "0.25–0.26, V2 runner", "0.27–0.28, V2 runner", "0.29–0.32, V2 runner",
                         "0.33 and later, V2 runner"]
+    # the V1 runner keeps no sampler state the size of the vocabulary
+    assert not any(r.sampler_state_in_profile for r in deployment.vllm_rule_rows()
+                   if r.runner == "v1")
 
 
 def test_the_v2_runner_of_0_22_to_0_32_profiles_bf16_logits_only():
     # Qwen3-8B on an RTX 4090 at 256 sequences: 0.21.0's V1 runner (Triton top-k/top-p) holds
     # the bf16 logits, three fp32 tensors of them and a buffer of 128 vocabulary rows (one per
     # SM): (2 × 256 + 4 × (3 × 256 + 128)) × 151,936 B = 0.58 GiB; the V2 runner of 0.27.1 holds
-    # one bf16 logits tensor, 2 × 256 × 151,936 B = 0.07 GiB, under the forward pass's 0.18 GiB:
-    # the pool grows by the 0.58 − 0.18 GiB difference
+    # one bf16 logits tensor, 2 × 256 × 151,936 B = 0.07 GiB, under the forward pass's 0.18 GiB,
+    # and its penalty state, 4 × 256 × (151,936 + 4,748) B = 0.15 GiB, which its profile counts:
+    # the pool grows by the 0.58 − 0.18 GiB difference less the 0.15 GiB
     v1 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.21.0",
                                        max_num_batched_tokens=2048))
     v2 = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.27.1",
@@ -283,17 +303,19 @@ def test_the_v2_runner_of_0_22_to_0_32_profiles_bf16_logits_only():
     assert v1.activation_sampler_bytes == (2 * 256 + 4 * (3 * 256 + 128)) * 151_936
     assert v2.activation_sampler_bytes == 2 * 256 * 151_936
     assert v2.activation_peak_bytes == v2.activation_forward_bytes == v1.activation_forward_bytes
+    assert (v1.sampler_state_bytes, v2.sampler_state_bytes) == (0, 4 * 256 * (151_936 + 4_748))
     assert v2.available_kv_bytes - v1.available_kv_bytes == (
-        v1.activation_sampler_bytes - v1.activation_forward_bytes)
-    # the pinned 0.33.0 profiles the fp32 pipeline again: the fitted term (8.5 × 256 × 151,936
-    # × 4 B = 1.23 GiB), as the book's default
+        v1.activation_sampler_bytes - v1.activation_forward_bytes - v2.sampler_state_bytes)
+    # the pinned 0.33.0 profiles the fp32 pipeline again, its warm-up pass: the bf16 logits and
+    # three fp32 tensors on an NVIDIA GPU, (2 + 12) × 256 × 151,936 B = 0.51 GiB, as the book's
+    # default
     book = kv_pool("qwen3-8b", "rtx-4090", max_num_batched_tokens=2048)
     pinned = kv_pool(deployment.Deployment("qwen3-8b", "rtx-4090", engine_version="0.33.0",
                                            gpu_memory_utilization=0.9,
                                            max_num_batched_tokens=2048))
     assert book.model_runner == pinned.model_runner == "v2"
     assert book.activation_sampler_bytes == pinned.activation_sampler_bytes == (
-        capacity.sampler_bytes(VLLM, "fitted", 256, 151_936)) == int(8.5 * 256 * 151_936 * 4)
+        capacity.sampler_bytes(VLLM, "warmup", 256, 151_936)) == 14 * 256 * 151_936
     assert book.tokens == pinned.tokens
     assert kv_pool("qwen3-8b", "rtx-4090", overheads=capacity.NO_OVERHEADS,
                    engine_version="0.27.1").activation_peak_bytes == 0
@@ -306,10 +328,13 @@ def test_one_default_utilization_per_version_and_the_books_own():
     assert (book.gpu_memory_utilization, v19.gpu_memory_utilization,
             v33.gpu_memory_utilization) == (0.9, 0.9, 0.92)
     # the same budget at 0.9; 0.19.0 charges the Triton sampling pass, (2 × 1,024 + 4 × (3 ×
-    # 1,024 + 132)) × 128,256 B = 1,906,397,184 B, where 0.33.0 charges the fitted 4,465,360,896
+    # 1,024 + 132)) × 128,256 B = 1,906,397,184 B, where 0.33.0 charges its warm-up pass,
+    # (2 + 12) × 1,024 × 128,256 B = 1,838,678,016 B: 67,719,168 B less, and the V2 runner's
+    # penalty state, 541,753,344 B, that 0.19.0's V1 runner does not keep
     assert v19.budget_bytes == book.budget_bytes
     assert v19.activation_sampler_bytes == (2 * 1024 + 4 * (3 * 1024 + 132)) * 128_256
-    assert v19.available_kv_bytes - book.available_kv_bytes == 4_465_360_896 - 1_906_397_184
+    assert book.available_kv_bytes - v19.available_kv_bytes == (
+        1_906_397_184 - 1_838_678_016 - 541_753_344)
     # 0.02 × 79.22 GiB (the H100's CUDA total) = 1.58 GiB more budget at 0.92
     assert v33.budget_bytes - book.budget_bytes == pytest.approx(0.02 * 79.22 * GIB, rel=1e-3)
     given = deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.33.0",
@@ -335,14 +360,15 @@ def test_the_pinned_wheels_own_defaults_match_its_rules():
     assert (default, graphs == "1") == (rules.default_gpu_memory_utilization,
                                         rules.cuda_graphs_in_profile)
     # V2 for every model (no per-architecture default left), its CUDA-graph estimate real, and
-    # the profiled sampler's second pass with the warm-up's parameters (the fp32 pipeline)
+    # the profiled sampler's second pass with the warm-up's parameters (the fp32 pipeline,
+    # charged by the "warmup" term)
     config = (root / "config" / "vllm.py").read_text()
     runner = (root / "v1" / "worker" / "gpu" / "model_runner.py").read_text()
     sampler_run = runner[runner.index("def _dummy_sampler_run"):runner.index("def profile_run")]
     assert "_is_default_v2_model_runner_model" not in config
     assert (rules.runner, rules.default_for) == ("v2", "all")
     assert "return _profile_cudagraph_memory(self)" in runner
-    assert ("for_sampler_warmup" in sampler_run) == (rules.sampler_term == "fitted")
+    assert ("for_sampler_warmup" in sampler_run) == (rules.sampler_term == "warmup")
 
 
 def test_tp_add_on_depends_on_the_interconnect():
@@ -357,15 +383,15 @@ def test_tp_add_on_depends_on_the_interconnect():
 
 def test_qwen3_next_on_four_l40s_fits_without_the_nvlink_add_on():
     # A public 4 × L40S start-up log of this model started (134 blocks); with the NVLink add-on
-    # the pool would be 1.13 − 2.54 = −1.41 GiB, it is 1.13 GiB per GPU
+    # the pool would be 1.71 − 2.54 = −0.83 GiB, it is 1.71 GiB per GPU
     d = deployment.Deployment("qwen3-next-80b-a3b", "l40s", tp=4)
     pool = kv_pool(d)
-    assert pool.tp_link == "pcie" and 1.1 * GIB < pool.available_kv_bytes < 1.2 * GIB
+    assert pool.tp_link == "pcie" and 1.7 * GIB < pool.available_kv_bytes < 1.75 * GIB
     nvlink_rule = dataclasses.replace(VLLM, non_torch_tp_pcie_bytes=VLLM.non_torch_tp_bytes)
     with pytest.raises(NoKVMemory, match="non-torch 3.48 GiB"):
         kv_pool(d, overheads=nvlink_rule)
     refused = capacity.pool_arithmetic(d, overheads=nvlink_rule)
-    assert refused.num_blocks == 0 and round(refused.available_kv_bytes / GIB, 2) == -1.41
+    assert refused.num_blocks == 0 and round(refused.available_kv_bytes / GIB, 2) == -0.83
 
 
 def test_the_triton_sampling_pass_of_0_17_is_read_in_the_source():
@@ -392,3 +418,152 @@ def test_the_triton_sampling_pass_of_0_17_is_read_in_the_source():
     # the pool the rule sizes: its sampled rows are min(max_num_seqs 1,024, 8,192 batched tokens)
     pool = kvlib.kv_pool(deployment.Deployment("llama-3.1-8b", "h100-sxm", engine_version="0.19.0"))
     assert pool.sampled_rows == 1024 and pool.activation_sampler_bytes == 1_906_397_184
+
+
+def test_the_warmup_sampling_pass_of_0_33_is_read_in_the_source():
+    # vLLM 0.33's V2 runner samples twice; the warm-up pass (every sampling parameter on) holds
+    # the bf16 logits, vLLM's fp32 copy and, where FlashInfer samples (NVIDIA, > 16 SMs), its
+    # top-k-masked fp32 logits and their fp32 softmax. Llama-3.1-8B on an H100 at 1,024 rows:
+    # (2 + 3 × 4) × 1,024 × 128,256 B = 14 × 131,334,144 = 1,838,678,016 B (1.71 GiB, 3.5 fp32
+    # copies), where the fitted sorting term charged 8.5 × 4 × 131,334,144 = 4,465,360,896 B
+    h100, mi300x = kvlib.load_gpu("h100-sxm"), kvlib.load_gpu("mi300x")
+    assert capacity.flashinfer_sampler(h100) and not capacity.flashinfer_sampler(mi300x)
+    assert capacity.sampler_bytes(VLLM, "warmup", 1024, 128_256, h100) == 1_838_678_016
+    assert capacity.sampler_bytes(VLLM, "warmup", 1024, 128_256) == 1_838_678_016  # no GPU: NVIDIA
+    # an AMD GPU masks the fp32 copy in place with the Triton kernel: the logits, the copy and a
+    # buffer of min(next_pow2(min(304, 1,024)), 304) = 304 vocabulary rows (one per CU):
+    # (2 × 1,024 + 4 × (1,024 + 304)) × 128,256 B = 7,360 × 128,256 = 943,964,160 B
+    assert capacity.sampler_bytes(VLLM, "warmup", 1024, 128_256, mi300x) == 943_964_160
+    # an NVIDIA GPU of 16 SMs takes the Triton kernel too, at every row count (no sort below 8):
+    # 4 rows, a buffer of 4: (2 × 4 + 4 × (4 + 4)) × 1,000 = 40,000 B
+    small = dataclasses.replace(h100, compute_units=16)
+    assert capacity.sampler_bytes(VLLM, "warmup", 4, 1000, small) == 40_000
+    assert capacity.sampler_bytes(NO_OVERHEADS, "warmup", 1024, 128_256, h100) == 0
+    assert capacity.sampler_bytes(NO_OVERHEADS, "warmup", 1024, 128_256, mi300x) == 0
+    with pytest.raises(ValueError, match="compute_units"):
+        capacity.sampler_bytes(VLLM, "warmup", 64, 1000, dataclasses.replace(mi300x, compute_units=None))
+    with pytest.raises(ValueError, match="warmup"):
+        capacity.sampler_bytes(VLLM, "sorted", 64, 1000, h100)
+    assert deployment.vllm_memory_rules("0.33.0").sampler_term == "warmup"
+    pool = kv_pool("llama-3.1-8b", "h100-sxm")  # the book's default release
+    assert pool.activation_sampler_bytes == pool.activation_peak_bytes == 1_838_678_016
+
+
+def _vllm_sampler_peaks(monkeypatch, rows: int, vocab: int, *, sms: int | None) -> list[int]:
+    """Peak bytes above the logits that vLLM 0.33's own ``GPUModelRunner._dummy_sampler_run``
+    and V2 ``Sampler`` allocate on this CPU, one per sampling pass: every new tensor storage
+    counted from the op that makes it until its weakref finalizer runs. What cannot run here
+    is stood in for: Triton launches are no-ops (they write in place and allocate nothing);
+    FlashInfer (``sms=None``: the NVIDIA path) makes what its 0.7.2.post1 wrapper allocates
+    for per-row top-k, ``empty_like`` masked logits and their ``torch.softmax``; otherwise
+    vLLM's Triton top-k/top-p path runs with ``sms`` SMs (its kernel launch a no-op)."""
+    import gc
+    import os
+    import sys
+    import types
+    import weakref
+
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("vllm")
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from vllm.triton_utils import triton
+    from vllm.v1.sample.ops import topk_topp_sampler, topk_topp_triton
+    from vllm.v1.worker.gpu import buffer_utils, model_runner
+    from vllm.v1.worker.gpu.input_batch import InputBuffers
+    from vllm.v1.worker.gpu.sample.sampler import Sampler
+    from vllm.v1.worker.gpu.states import RequestState
+
+    class NoKernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.startswith(("vllm.v1.worker.gpu", "vllm.v1.sample")):
+            for attr, value in list(vars(module).items()):
+                if attr.endswith("_kernel") and callable(value):
+                    monkeypatch.setattr(module, attr, NoKernel())
+    monkeypatch.setattr(triton, "next_power_of_2", lambda n: 1 << (int(n) - 1).bit_length(),
+                        raising=False)
+    monkeypatch.setattr(buffer_utils, "is_uva_available", lambda: False)  # no pinned memory
+    monkeypatch.setattr(model_runner, "current_platform", types.SimpleNamespace(is_cpu=lambda: False))
+    flashinfer = types.ModuleType("flashinfer")
+
+    def top_k_top_p_sampling_from_logits(logits, k, p, **kwargs):
+        probs = torch.softmax(torch.empty_like(logits).copy_(logits), dim=-1)  # noqa: F841
+        return torch.zeros(logits.shape[0], dtype=torch.int32)
+
+    flashinfer.sampling = types.SimpleNamespace(
+        top_k_top_p_sampling_from_logits=top_k_top_p_sampling_from_logits)
+    monkeypatch.setitem(sys.modules, "flashinfer", flashinfer)
+    if sms is not None:
+        monkeypatch.setattr(topk_topp_sampler, "HAS_TRITON", True)
+        monkeypatch.setattr(topk_topp_sampler, "apply_top_k_top_p_triton",
+                            topk_topp_triton.apply_top_k_top_p_triton, raising=False)
+        monkeypatch.setattr(topk_topp_triton, "num_compute_units", lambda index: sms)
+        monkeypatch.setattr(topk_topp_triton, "_topk_topp", lambda *args, **kwargs: None)
+        monkeypatch.setattr(topk_topp_triton, "_TRITON_BUFFER_CACHE", {})
+
+    class Counted(Sampler):  # one peak per sampling pass, from what is live when it starts
+        def __call__(self, logits, batch):
+            peaks.append([now[0], now[0]])
+            super().__call__(logits, batch)
+            gc.collect()
+
+    cpu = torch.device("cpu")
+    requests = RequestState(max_num_reqs=rows, max_model_len=64, max_num_batched_tokens=rows,
+                            num_speculative_steps=0, vocab_size=vocab, device=cpu)
+    sampler = Counted(types.SimpleNamespace(reasoning_config=None), max_num_reqs=rows,
+                      vocab_size=vocab, device=cpu, req_states=requests)
+    sampler.use_flashinfer = sms is None
+    live, now, peaks = set(), [0], []
+
+    def freed(key, n):
+        live.discard(key)
+        now[0] -= n
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            inputs = {t.untyped_storage().data_ptr()
+                      for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    storage = t.untyped_storage()
+                    key, n = storage.data_ptr(), storage.nbytes()
+                    if n and key not in live and key not in inputs:  # new, not written in place
+                        live.add(key)
+                        now[0] += n
+                        if peaks:
+                            peaks[-1][1] = max(peaks[-1][1], now[0])
+                        weakref.finalize(storage, freed, key, n)
+            return out
+
+    logits = torch.randn(rows, vocab).to(torch.bfloat16)
+    runner = types.SimpleNamespace(model=types.SimpleNamespace(compute_logits=lambda h: logits),
+                                   input_buffers=InputBuffers(rows, rows, cpu), sampler=sampler)
+    with Track():
+        model_runner.GPUModelRunner._dummy_sampler_run(runner, torch.zeros(rows, 8))
+    return [peak - base for base, peak in peaks]
+
+
+def test_vllms_own_warmup_sampling_pass_on_cpu_peaks_at_kvlibs_term(monkeypatch):
+    # vLLM 0.33.0's _dummy_sampler_run and V2 Sampler over 64 rows × 32,000 bf16 logits: the
+    # default pass holds nothing of rows × vocab above the logits; the warm-up pass, on the
+    # FlashInfer path (an H100), 3 fp32 tensors: 3 × 4 × 64 × 32,000 = 24,576,000 B, so with the
+    # 2 × 64 × 32,000 B logits kvlib's (2 + 12) × 64 × 32,000 = 28,672,000 B; on the Triton path
+    # (an MI300X, 304 CUs) the fp32 copy and a buffer of min(next_pow2(64), 304) = 64 rows:
+    # 4 × 32,000 × (64 + 64) = 16,384,000 B. Rows-sized tensors (sampled ids, top-5 logprobs)
+    # add under 1 KiB per row
+    rows, vocab, logits = 64, 32_000, 2 * 64 * 32_000
+    h100, mi300x = kvlib.load_gpu("h100-sxm"), kvlib.load_gpu("mi300x")
+    default, warmup = _vllm_sampler_peaks(monkeypatch, rows, vocab, sms=None)
+    assert 0 <= default < 1024 * rows
+    assert 0 <= warmup + logits - capacity.sampler_bytes(VLLM, "warmup", rows, vocab, h100) < 1024 * rows
+    assert capacity.sampler_bytes(VLLM, "warmup", rows, vocab, h100) == 28_672_000
+    default, warmup = _vllm_sampler_peaks(monkeypatch, rows, vocab, sms=mi300x.compute_units)
+    assert 0 <= default < 1024 * rows
+    assert 0 <= warmup + logits - capacity.sampler_bytes(VLLM, "warmup", rows, vocab, mi300x) < 1024 * rows
+    assert capacity.sampler_bytes(VLLM, "warmup", rows, vocab, mi300x) == logits + 16_384_000

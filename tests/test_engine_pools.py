@@ -252,7 +252,7 @@ def test_tensorrt_llm_non_torch_add_on_follows_the_link():
 def test_dispatch_on_engine_and_vllm_unchanged():
     d = Deployment("llama-3.1-8b", "h100-sxm")
     assert kvlib.kv_pool(d) == capacity.kv_pool(d) and isinstance(kvlib.kv_pool(d), kvlib.Pool)
-    assert kvlib.kv_pool(d).tokens == 419_760  # chapter 4's vLLM pool (26,235 blocks × 16)
+    assert kvlib.kv_pool(d).tokens == 435_664  # chapter 4's vLLM pool (27,229 blocks × 16)
     assert type(kvlib.kv_pool(d.with_(engine="sglang"))) is sglang.SGLangPool
     assert type(kvlib.kv_pool(d.with_(engine="tensorrt-llm"))) is tensorrt_llm.TensorRTLLMPool
     with pytest.raises(ValueError, match="overheads"):
@@ -260,19 +260,22 @@ def test_dispatch_on_engine_and_vllm_unchanged():
 
 
 def test_engine_comparison_keeps_a_row_for_a_refused_engine():
-    # Llama-3.1-70B fp8 on one H100: vLLM and SGLang (67.67 GiB of weights ≥ its 66.15) refuse;
-    # TensorRT-LLM: 0.9 · (85,061,827,297 − 72,656,371,712 − 1,798,517,555 − 1,009,317,315 B)
-    # = 8,637,858,643 B; ⌊/ 327,680⌋ = 26,360 tokens → 824 blocks of 32 = 26,368 tokens
+    # Llama-3.1-70B fp8 on one H100: SGLang (67.67 GiB of weights ≥ its 66.15) refuses; vLLM:
+    # 76,555,644,567 − 72,656,371,712 − 1,838,678,016 (0.33's warm-up sampling pass) −
+    # 541,753,344 (the V2 runner's penalty state) − 1,009,317,315 = 509,524,180 B → 97 blocks of
+    # 5 MiB = 1,552 tokens, 97/512 of a request of 8,192; TensorRT-LLM: 0.9 · (85,061,827,297 − 72,656,371,712 − 1,798,517,555 −
+    # 1,009,317,315 B) = 8,637,858,643 B; ⌊/ 327,680⌋ = 26,360 tokens → 824 blocks of 32 = 26,368
     t = pools.engine_comparison("llama-3.1-70b", "h100-sxm", context_tokens=8192, weights="fp8")
-    assert list(t["tokens"]) == [0, 0, 26_368] and list(t["kv_gib"][:2]) == [0.0, 0.0]
-    assert list(t["concurrency"][:2]) == [0.0, 0.0]
+    assert list(t["tokens"]) == [1_552, 0, 26_368] and t["kv_gib"][1] == 0.0
+    assert t["kv_gib"][0] == 97 * 5 * 2**20 / 2**30
+    assert list(t["concurrency"][:2]) == [97 / 512, 0.0]
     assert math.isclose(t["concurrency"][2], 824 / 256)
 
 
 def test_engine_comparison_table():
     t = pools.engine_comparison("llama-3.1-8b", "h100-sxm", context_tokens=8192)
     assert list(t["engine"]) == ["vllm", "sglang", "tensorrt-llm"]
-    assert list(t["tokens"]) == [419_760, 419_358, 460_704]
+    assert list(t["tokens"]) == [435_664, 419_358, 460_704]
     assert list(t["block_tokens"]) == [16, 1, 32]
     assert list(t["waste_tokens"]) == [7.5, 0.0, 15.5]  # (P − 1) / 2
     assert list(t["max_running"]) == [1024, 2048, 2048]

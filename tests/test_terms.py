@@ -11,12 +11,21 @@ from kvlib.speed.roofline import CALIBRATED
 
 def test_the_rule_reads_leave_one_source_out_only():
     table = pd.DataFrame({"terms": ["per engine", "per vendor", "shared"],
+                          "constants": [12, 9, 9],
                           "random_split_median": [0.09, 0.12, 0.13],
                           "loso_median": [0.30, 0.20, 0.20],
                           "fresh_median": [0.50, 0.40, 0.10]})
     # the lowest leave-one-source-out median wins, the first on a tie; the random split and
     # the fresh set do not vote
     assert terms.choose_terms(table) == "per vendor"
+    # within half a point of the lowest is a tie, won by the fewest constants: 0.203 ties with
+    # 0.200 (9 constants) and has 7; 0.206 would not tie
+    close = table.assign(loso_median=[0.30, 0.20, 0.203], constants=[12, 9, 7])
+    assert terms.choose_terms(close) == "shared"
+    assert terms.choose_terms(close.assign(loso_median=[0.30, 0.20, 0.206])) == "per vendor"
+    # the chosen set's constants, counted: η_w = η_kv and η_F, a step and a request cost per
+    # GPU vendor, five block kinds and the stage cost: 2 + 2 + 5 + 2 + 1
+    assert calibrate.TERM_SETS[7].constants == 12 and calibrate.TERM_SETS[8].constants == 15
     with pytest.raises(ValueError, match="no term sets"):
         terms.choose_terms(table.iloc[:0])
     with pytest.raises(ValueError, match="Terms.step"):

@@ -364,7 +364,8 @@ SCHEMAS: dict[str, Schema] = {
                                         "listed or dense", "fallback"),
                   "default_gpu_memory_utilization": number(maximum=1, positive=True),
                   "cuda_graphs_in_profile": choice("true", "false"),
-                  "sampler_term": choice("fitted", "triton", "logits"),
+                  "sampler_term": choice("fitted", "triton", "logits", "warmup"),
+                  "sampler_state_in_profile": choice("true", "false"),
                   "activation_profile": TEXT, "tp_buffers": TEXT, "source_url": URL,
                   "accessed": DATE, "notes": TEXT},
         optional={"default_architectures": TEXT},
@@ -445,6 +446,7 @@ SCHEMAS: dict[str, Schema] = {
     "speed_term_selection.csv": Schema(
         required={"terms": TEXT, "step": choice("engine", "vendor", "shared"),
                   "blocks": choice("True", "False"), "tie_kv": choice("True", "False"),
+                  "constants": _POSITIVE_COUNT,
                   "random_split_n": _POSITIVE_COUNT, "random_split_median": _NON_NEGATIVE,
                   "loso_n": _POSITIVE_COUNT, "loso_median": _NON_NEGATIVE,
                   "loso_beyond_40": number(minimum=0, maximum=1),

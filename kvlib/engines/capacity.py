@@ -65,7 +65,7 @@ class Overheads:
     sampler_copies: the dummy sampling step's peak is ``sampler_copies × min(max_num_seqs,
     max_num_batched_tokens) × vocab × 4`` bytes (fp32 logits, softmax, log-softmax, sort
     values and int64 indices) where the release's runner profiles the sorting fp32 pipeline
-    (rules with ``sampler_term`` "fitted": the V1 runner before 0.17, and V2 from 0.33);
+    (rules with ``sampler_term`` "fitted": the V1 runner before 0.17);
     triton_fp32_tensors: where the release masks top-k/top-p with its Triton kernel instead
     of a sort (``sampler_term`` "triton": the V1 runner from 0.17, at 8 rows or more) the
     peak is the logits in the model dtype plus ``triton_fp32_tensors`` fp32 tensors of rows ×
@@ -75,7 +75,15 @@ class Overheads:
     logit in the model dtype (bf16: 2; read in the source); where the runner samples the
     logits as they are (vLLM 0.22–0.32's V2 runner, ``sampler_term`` "logits": one sampler
     pass with no sampling parameters over the lm_head output) the peak is ``logit_bytes ×
-    rows × vocab``; the activation peak is the larger of the forward and sampling peaks;
+    rows × vocab``; warmup_fp32_tensors: vLLM 0.33's V2 runner samples a second time with
+    every sampling parameter on (``sampler_term`` "warmup"); on an NVIDIA GPU (FlashInfer's
+    fused sampler) its peak is the logits in the model dtype plus ``warmup_fp32_tensors`` fp32
+    tensors of rows × vocab (vLLM's fp32 copy, FlashInfer's top-k-masked logits and their
+    softmax: 3, read in the source and measured on CPU, not fitted), elsewhere (the Triton
+    kernel) the logits, the one fp32 copy and the kernel's buffer (``sampler_bytes``); the
+    activation peak is the larger of the forward and sampling peaks; sampler_state: charge the
+    V2 runner's persistent penalty state where the release counts it (``sampler_state_bytes``;
+    read in the source, not fitted);
     non_torch_bytes: memory outside torch on one GPU (CUDA/cuBLAS workspaces);
     non_torch_tp_bytes: added when tensor parallelism is on over NVLink-class links (NVLink,
     NVSwitch, xGMI: NCCL plus custom all-reduce and symmetric-memory buffers);
@@ -97,11 +105,13 @@ class Overheads:
     non_torch_tp_pcie_bytes: int = 0
     logit_bytes: float = 2.0
     triton_fp32_tensors: float = 3.0
+    warmup_fp32_tensors: float = 3.0
+    sampler_state: bool = True
 
     def __post_init__(self) -> None:
         for key in ("forward_factor", "sampler_copies", "non_torch_bytes", "non_torch_tp_bytes",
                     "cuda_graph_bytes", "non_torch_tp_pcie_bytes", "logit_bytes",
-                    "triton_fp32_tensors"):
+                    "triton_fp32_tensors", "warmup_fp32_tensors"):
             value = getattr(self, key)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"Overheads.{key} must be >= 0, got {value!r}")
@@ -164,7 +174,7 @@ VLLM = Overheads(name="vllm (calibrated)", forward_factor=1.675, sampler_copies=
 #: No overheads at all: the budget minus the weights (the source article's arithmetic).
 NO_OVERHEADS = Overheads(name="none (budget − weights)", forward_factor=0.0, sampler_copies=0.0,
                          non_torch_bytes=0, non_torch_tp_bytes=0, logit_bytes=0.0,
-                         triton_fp32_tensors=0.0)
+                         triton_fp32_tensors=0.0, warmup_fp32_tensors=0.0, sampler_state=False)
 
 
 # --- cache groups ---------------------------------------------------------------------------
@@ -323,6 +333,9 @@ class Pool:
     dp: int = 1
     ep: int = 1
     stage: int = 0
+    #: The V2 runner's persistent sampler state the release's profile counts as non-KV memory
+    #: (bytes; ``sampler_state_bytes``; 0 where it has none or does not count it).
+    sampler_state_bytes: int = 0
 
     @property
     def sampled_rows(self) -> int:
@@ -339,7 +352,7 @@ class Pool:
     def available_kv_bytes(self) -> int:
         """vLLM's "Available KV cache memory" on one GPU (bytes; ≤ 0 only in a ``NoKVMemory``)."""
         return (self.budget_bytes - self.weights_bytes_per_gpu - self.activation_peak_bytes
-                - self.non_torch_bytes - self.cuda_graph_bytes)
+                - self.sampler_state_bytes - self.non_torch_bytes - self.cuda_graph_bytes)
 
     @property
     def page_bytes(self) -> int:
@@ -392,8 +405,10 @@ class Pool:
             return ""
         graphs = (f" + CUDA graphs {self.cuda_graph_bytes / GIB:.2f} GiB"
                   if self.cuda_graph_bytes else "")
+        state = (f" + sampler state {self.sampler_state_bytes / GIB:.2f} GiB"
+                 if self.sampler_state_bytes else "")
         return (f"weights {self.weights_bytes_per_gpu / GIB:.2f} GiB + activations "
-                f"{self.activation_peak_bytes / GIB:.2f} GiB + non-torch "
+                f"{self.activation_peak_bytes / GIB:.2f} GiB{state} + non-torch "
                 f"{self.non_torch_bytes / GIB:.2f} GiB{graphs} ≥ "
                 f"{self.gpu_memory_utilization:g} × {self.total_memory_bytes / GIB:.2f} GiB"
                 f" = {self.budget_bytes / GIB:.2f} GiB per GPU")
@@ -425,6 +440,8 @@ class Pool:
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
+            *([(f"− sampler state ({self.max_num_seqs:,} requests × the vocabulary, int32)",
+                -self.sampler_state_bytes)] if self.sampler_state_bytes else []),
             ("− non-torch memory" + (f" (incl. tensor-parallel buffers, {self.tp_link})"
                                      if self.tp_link else ""), -self.non_torch_bytes),
             ("− CUDA graphs counted before sizing", -self.cuda_graph_bytes),
@@ -553,8 +570,11 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
                          "config.json fields (build it with Model.from_hf_config)")
     forward = int(overheads.forward_factor * mnbt * activation_width(counts, arch, tp) * 2)
     rules = d.vllm_rules()
+    last = stage == d.pp - 1  # the last stage samples (``profile_run``, ``load_model``)
     sampler = (sampler_bytes(overheads, rules.sampler_term, min(seqs, mnbt), _vocab(arch), g)
-               if stage == d.pp - 1 else 0)  # the last stage samples (``profile_run``)
+               if last else 0)
+    state = (sampler_state_bytes(seqs, _vocab(arch))
+             if last and overheads.sampler_state and rules.sampler_state_in_profile else 0)
     # the add-on of the link between the GPUs that exchange activations (tp, stages or ranks)
     non_torch = overheads.non_torch_for(g, tp if tp > 1 else d.gpus if communicates(d, tp) else 1)
     total = g.usable_memory_bytes
@@ -567,7 +587,8 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
             weights += draft
             weights_basis += f" + the {d.speculative.method} draft"
     per_group, n_groups, block_bytes = _group_layout(groups) if groups else (0, 0, 0)
-    available = budget - weights - max(forward, sampler) - non_torch - overheads.cuda_graph_bytes
+    available = (budget - weights - max(forward, sampler) - state - non_torch
+                 - overheads.cuda_graph_bytes)
     num_blocks = max(available // block_bytes, 0) if groups else 0
     pool = Pool(model=m.name, gpu=g.slug, n_gpus=tp,
                 gpu_memory_utilization=d.gpu_memory_utilization, weight_dtype=d.weights.label,
@@ -580,13 +601,55 @@ def _pool(d: Deployment, tp: int, overheads: Overheads, weights_bytes_per_gpu: i
                 block_bytes=block_bytes, num_blocks=int(num_blocks), overheads=overheads.name,
                 weights_basis=weights_basis, tp_link=tp_link(g, tp),
                 engine_version=d.engine_version, pp=d.pp, dp=d.dp, ep=d.ep, stage=stage,
-                model_runner=rules.runner)
+                model_runner=rules.runner, sampler_state_bytes=state)
     return pool
 
 
 #: The fewest sampled rows vLLM 0.17–0.28 mask with the Triton top-k/top-p kernel; below it they
 #: sort (``apply_top_k_top_p``: "Use pytorch sort implementation for small batch sizes").
 TRITON_MIN_ROWS = 8
+
+#: The fp32 tensors of rows × vocab that vLLM 0.33's warm-up sampling pass holds beside the
+#: logits where it masks with the Triton kernel instead of FlashInfer (AMD GPUs; NVIDIA GPUs of
+#: 16 SMs or fewer): its one fp32 copy of the logits; the kernel masks it in place and the
+#: Gumbel sampling kernel draws its noise in registers (``sampler_bytes``).
+WARMUP_TRITON_FP32_TENSORS = 1
+
+
+def flashinfer_sampler(gpu: GPU | None) -> bool:
+    """Whether vLLM 0.33 samples top-k/top-p with FlashInfer's fused sampler on ``gpu``
+    (``flashinfer_sampler_supported`` in vllm/v1/sample/ops/topk_topp_sampler.py: a CUDA GPU
+    of compute capability 8.0–12.1 with more than 16 SMs, ``VLLM_USE_FLASHINFER_SAMPLER``
+    on, its default): an NVIDIA GPU of more than 16 SMs (every NVIDIA GPU of
+    ``data/gpus.csv`` is 8.0 or newer; an unknown count counts as more). No GPU: an NVIDIA one.
+    Otherwise vLLM masks with its Triton kernel."""
+    if gpu is None:
+        return True
+    return gpu.vendor == "NVIDIA" and (gpu.compute_units is None or gpu.compute_units > 16)
+
+
+def _triton_buffer_rows(gpu: GPU | None, rows: int) -> int:
+    """Vocabulary rows of the Triton top-k/top-p kernel's fp32 buffer: min(next power of two
+    of min(SMs, rows), SMs) (vLLM ``apply_top_k_top_p_triton``, one program per SM)."""
+    if gpu is None or gpu.compute_units is None:
+        name = "no GPU" if gpu is None else gpu.slug
+        raise ValueError(f"{name}: the Triton sampler's buffer needs the GPU's streaming "
+                         "multiprocessors, and compute_units in data/gpus.csv is empty for it (give "
+                         "the count with its source, or another vLLM release)")
+    sms = gpu.compute_units
+    programs = min(sms, rows)
+    return min(1 << (programs - 1).bit_length(), sms)
+
+
+def sampler_state_bytes(max_num_seqs: int, vocab: int) -> int:
+    """Bytes of the V2 runner's penalty state, allocated with its sampler when the last pipeline
+    stage loads the model and kept for the engine's life (vLLM
+    ``v1/worker/gpu/sample/penalties.py`` ``PenaltiesState``, read in the 0.22.0, 0.30.0 and 0.33.0
+    wheels): an int32 count of every vocabulary token per request slot (``output_bin_counts``,
+    max_num_seqs × vocab) and a bit mask of the prompt's tokens (``prompt_bin_mask``,
+    max_num_seqs × ⌈vocab ÷ 32⌉ int32). Llama-3.1-8B (vocabulary 128,256) at 1,024 sequences:
+    4 × 1,024 × (128,256 + 4,008) = 541,753,344 B (0.50 GiB)."""
+    return 4 * max_num_seqs * (vocab + -(-vocab // 32))
 
 
 def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int,
@@ -597,24 +660,30 @@ def sampler_bytes(overheads: Overheads, sampler_term: str, rows: int, vocab: int
     Triton kernel's buffer of ``min(next power of two of min(SMs, rows), SMs)`` vocabulary
     rows on ``gpu`` (vLLM ``apply_top_k_top_p_triton``; below ``TRITON_MIN_ROWS`` rows the
     release sorts: "fitted"); "logits", one logits tensor in the model dtype (vLLM
-    0.22–0.32's V2 runner)."""
+    0.22–0.32's V2 runner); "warmup", vLLM 0.33's second pass with every sampling parameter
+    on: where FlashInfer samples (``flashinfer_sampler``) the logits in the model dtype and
+    ``warmup_fp32_tensors`` fp32 tensors, ``(b + 4 × 3) × rows × vocab``, elsewhere the logits,
+    ``WARMUP_TRITON_FP32_TENSORS`` fp32 copy and the Triton buffer at every row count.
+    Llama-3.1-8B (bf16, vocabulary 128,256) on an H100 at 1,024 rows, "warmup": (2 + 12) ×
+    1,024 × 128,256 B = 1,838,678,016 B (1.71 GiB)."""
+    if sampler_term == "warmup":
+        logits = overheads.logit_bytes * rows * vocab
+        if flashinfer_sampler(gpu):
+            return int(logits + 4 * overheads.warmup_fp32_tensors * rows * vocab)
+        buffer_rows = _triton_buffer_rows(gpu, rows) if overheads.warmup_fp32_tensors else 0
+        copies = WARMUP_TRITON_FP32_TENSORS if overheads.warmup_fp32_tensors else 0
+        return int(logits + 4 * vocab * (copies * rows + buffer_rows))
     if sampler_term == "triton" and rows >= TRITON_MIN_ROWS:
-        if gpu is None or gpu.compute_units is None:
-            name = "no GPU" if gpu is None else gpu.slug
-            raise ValueError(f"{name}: the Triton sampler's buffer needs the GPU's streaming "
-                             "multiprocessors, and compute_units in data/gpus.csv is empty for it (give "
-                             "the count with its source, or another vLLM release)")
-        sms = gpu.compute_units
-        programs = min(sms, rows)
-        buffer_rows = (min(1 << (programs - 1).bit_length(), sms)
-                       if overheads.triton_fp32_tensors else 0)
+        buffer_rows = _triton_buffer_rows(gpu, rows)
+        if not overheads.triton_fp32_tensors:
+            buffer_rows = 0
         return int(overheads.logit_bytes * rows * vocab
                    + 4 * vocab * (overheads.triton_fp32_tensors * rows + buffer_rows))
     if sampler_term == "logits":
         return int(overheads.logit_bytes * rows * vocab)
     if sampler_term in ("fitted", "triton"):
         return int(overheads.sampler_copies * rows * vocab * 4)
-    raise ValueError(f"unknown sampler_term {sampler_term!r} (fitted, triton, logits)")
+    raise ValueError(f"unknown sampler_term {sampler_term!r} (fitted, triton, logits, warmup)")
 
 
 def pool_arithmetic(deployment: Deployment | Model | str, gpu: GPU | str | None = None, *,

@@ -15,8 +15,8 @@ Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can
 Modern decode points (TPOT and static latencies) are split in halves, sorted by source then id
 and alternating, so every source lands on both sides (``split``); ``fit`` finds the constants
 of a term set (``Terms``: which step and block costs, η_kv free or tied to η_w) on the train
-half — ``CHOSEN_TERMS``, the candidate of ``TERM_SETS`` with the lowest leave-one-source-out
-error (``kvlib.fit.terms``); ``validate`` predicts every point with a given ``Efficiency`` (by default
+half — ``CHOSEN_TERMS``, the candidate of ``TERM_SETS`` chosen by leave-one-source-out
+error (``kvlib.fit.terms.choose_terms``); ``validate`` predicts every point with a given ``Efficiency`` (by default
 the shipped ``roofline.CALIBRATED``, which is the train-half fit) and the error is
 ``predicted ÷ measured − 1`` in the measured unit (seconds). TTFT points are validated, not
 fitted. ``error_band`` gives the held-out error for a tensor-parallel degree and batch range
@@ -449,6 +449,16 @@ class Terms:
         if self.requests not in ("", "engine", "vendor"):
             raise ValueError(f"Terms.requests {self.requests!r}: 'engine', 'vendor' or ''")
 
+    @property
+    def constants(self) -> int:
+        """How many constants the fit solves for: the shares (two with η_kv tied to η_w, else
+        three), a step cost per group (``ENGINE_KEYS`` builds, two vendors or one), a cost per
+        block kind, a request cost per group (builds or vendors) and the stage cost."""
+        groups = {"engine": len(ENGINE_KEYS), "vendor": 2, "shared": 1, "": 0}
+        return ((2 if self.tie_kv else 3) + groups[self.step]
+                + (len(BLOCK_KINDS) if self.blocks else 0) + groups[self.requests]
+                + int(self.stages))
+
 
 #: The ways a step cost can be shared out (``Terms.step``).
 STEP_TERMS = ("engine", "vendor", "shared")
@@ -474,8 +484,9 @@ TERM_SETS = (
           "a cost per request per engine build, η_kv = η_w", step="vendor", tie_kv=True,
           requests="engine", stages=True),
 )
-#: The term set ``roofline.CALIBRATED`` is fitted with: the lowest leave-one-source-out median
-#: of ``TERM_SETS`` (``kvlib.fit.terms``; data/speed_term_selection.csv).
+#: The term set ``roofline.CALIBRATED`` is fitted with: the candidate of ``TERM_SETS``
+#: ``kvlib.fit.terms.choose_terms`` picks by leave-one-source-out median, a near tie going to
+#: the fewest constants (data/speed_term_selection.csv).
 CHOSEN_TERMS = TERM_SETS[7]
 
 

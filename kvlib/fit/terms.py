@@ -5,7 +5,10 @@ For each candidate: ``fit`` on the train half, rounded as ``roofline.CALIBRATED`
 the median |error| on the held-out half (random split); the leave-one-source-out median |error| and share beyond 40% (each publisher
 predicted by a refit without it); and the fresh-set median and share beyond 40% under the
 train-half fit — reported, never read by the rule (the fresh set is held out from every design
-choice). The rule (``choose_terms``): the lowest leave-one-source-out median. Computing the
+choice). The rule (``choose_terms``): the lowest leave-one-source-out median, where candidates
+within ``TIE_MARGIN`` of it are a tie that the one with the fewest fitted constants wins (a
+difference that small moves with a few logs or points; the smaller model is the safer bet on a
+source not yet seen). Computing the
 table refits each candidate seven times (about 2 s a candidate), so ``write_term_selection``
 stores it in ``data/speed_term_selection.csv`` and the book reads the file.
 """
@@ -21,6 +24,8 @@ from .calibrate import TERM_SETS, Terms
 TERMS_FILE = "speed_term_selection.csv"
 #: The column the choice rule reads, and the columns it must not.
 RULE_COLUMN = "loso_median"
+#: Leave-one-source-out medians this close to the lowest (a fraction) tie with it.
+TIE_MARGIN = 0.005
 REPORTED_ONLY = ("fresh_median", "fresh_beyond_40")
 
 
@@ -35,6 +40,7 @@ def term_errors(terms: Terms) -> dict[str, float | int | str | bool]:
     fresh = calibrate.fresh_validation(eff)["error"].abs()
     return {"terms": terms.name, "step": terms.step, "blocks": terms.blocks,
             "tie_kv": terms.tie_kv, "requests": terms.requests, "stages": terms.stages,
+            "constants": terms.constants,
             "random_split_n": len(held), "random_split_median": round(float(held.median()), 4),
             "loso_n": len(loso), "loso_median": round(float(loso.median()), 4),
             "loso_beyond_40": round(float((loso > 0.4).mean()), 4),
@@ -43,11 +49,15 @@ def term_errors(terms: Terms) -> dict[str, float | int | str | bool]:
 
 
 def choose_terms(table: pd.DataFrame) -> str:
-    """The name (``terms`` column) of the row with the lowest ``RULE_COLUMN``; the first such
-    row on a tie. Reads no other error column."""
+    """The name (``terms`` column) of the chosen row: of the rows whose ``RULE_COLUMN`` is
+    within ``TIE_MARGIN`` of the lowest, the one with the fewest ``constants``, then the lowest
+    ``RULE_COLUMN``, then the first. Reads no other error column."""
     if table.empty:
         raise ValueError("no term sets to choose from")
-    return str(table.loc[table[RULE_COLUMN].idxmin(), "terms"])
+    best = table[RULE_COLUMN].min()
+    tied = table[table[RULE_COLUMN] <= best + TIE_MARGIN + 1e-12]
+    order = tied.sort_values(["constants", RULE_COLUMN], kind="stable")
+    return str(order.iloc[0]["terms"])
 
 
 def term_selection() -> pd.DataFrame:

@@ -9,6 +9,7 @@ memory). Errors are ``predicted ÷ logged − 1``. The speed model's error lives
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -39,8 +40,10 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
     """The pool kvlib predicts for one start-up log of ``data/engine_logs.csv``.
 
     Uses the log's model, GPU (its logged CUDA total when printed), tensor-parallel degree,
-    utilization (else the default of the vLLM release it prints, else the book's 0.9: every
-    unversioned log predates v0.21), profiled batch and sampled rows; with ``use_logged_weights`` the logged
+    utilization (else the default of the vLLM release it prints), profiled batch and sampled
+    rows, and the memory rules of the release it prints — or, where it prints none, of the
+    releases its ``vllm_rules`` column dates it to (``dated_release``: every such log predates
+    v0.17, whose sampling pass sorts); with ``use_logged_weights`` the logged
     "Model loading took" replaces the computed weights (isolating the overhead terms). A log
     whose engine could not start (el06 prints −2.14 GiB) keeps its terms: the pool of the
     ``NoKVMemory`` kvlib raises for it.
@@ -58,7 +61,8 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
         gpu = replace(gpu, memory_bytes_runtime=round(total * GIB))
     weights = _num(row["model_weights_gib"]) if use_logged_weights else None
     kv_dtype = row["kv_cache_dtype"] or "bf16"
-    release = row["engine_version"] if vllm_release(row["engine_version"]) else None
+    release = (row["engine_version"] if vllm_release(row["engine_version"])
+               else dated_release(row["vllm_rules"]))
     d = Deployment(row["model_slug"], gpu, tp=int(row["tp"] or row["n_gpus"] or 1),
                    weights=row["weight_format"] or "bf16", kv=kv_dtype, engine_version=release,
                    gpu_memory_utilization=_num(row["gpu_memory_utilization"]),
@@ -66,6 +70,22 @@ def log_pool(log_id: str, overheads: Overheads = VLLM, use_logged_weights: bool 
                    max_num_seqs=int(row["max_num_seqs"]) if row["max_num_seqs"] else None)
     return pool_arithmetic(d, overheads=overheads,
                            weights_bytes_per_gpu=None if weights is None else round(weights * GIB))
+
+
+def dated_release(rules_label: str) -> str | None:
+    """A release the memory rules labelled ``rules_label`` cover ("before 0.17" → "0.16.0",
+    "0.17–0.20, V1 runner" → "0.17.0"), for a log that prints no release but is dated by its
+    source (``engine_logs.csv`` ``vllm_rules``); None for an empty label (the pinned release's
+    rules)."""
+    if not rules_label:
+        return None
+    for rules in vllm_rule_rows():
+        if rules.label == rules_label:
+            if rules.since:
+                return rules.since
+            major, minor = vllm_release(rules.until)[:2]
+            return f"{major}.{minor - 1}.0"
+    raise ValueError(f"engine_logs.csv: no row of vllm_memory_rules.csv is labelled {rules_label!r}")
 
 
 def calibration(overheads: Overheads = VLLM) -> pd.DataFrame:
@@ -288,7 +308,8 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     activation peak (el47), under vLLM 0.30.0 on an A10G and an L4, the CUDA-graph estimate
     kvlib does not size on cards whose CUDA total gpus.csv lacks (el49–el52), and under vLLM
     0.19.0 on two H100s, memory outside torch below kvlib's NVLink add-on
-    (``TP_OUTSIDE_TORCH_LOGS``)."""
+    (``TP_OUTSIDE_TORCH_LOGS``), and under vLLM 0.30.0 on two H100s, a run whose whole non-KV
+    memory beside the weights is below that add-on (el59)."""
     logs = engine_logs()
     nontorch_gib = overheads.non_torch_bytes / GIB
 
@@ -312,26 +333,31 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
     def v2_runner(log_id: str) -> str:
         row, pool = logs.loc[log_id], log_pool(log_id, overheads)
         logged_nt, logged_peak = float(row["non_torch_gib"]), float(row["activation_peak_gib"])
-        own_nt = (pool.available_kv_bytes + pool.non_torch_bytes) / GIB - logged_nt
+        # the log's consumed memory less its weights holds the sampler state too (0.27 on)
+        beside = (pool.non_torch_bytes + pool.sampler_state_bytes) / GIB
+        own_nt = pool.available_kv_bytes / GIB + beside - logged_nt
         gpu = load_gpu(row["gpu_slug"]).name
         vocab = load_model(row["model_slug"]).architecture.vocab_size
         rule = (f"vLLM {row['engine_version']}'s V2 model runner profiles one sampler pass over "
                 f"{pool.max_num_seqs} × {vocab:,} logits in bf16 "
                 f"({pool.activation_sampler_bytes / GIB:.2f} GiB) and subtracts no CUDA-graph "
                 f"estimate, so kvlib charges the forward pass, "
-                f"{pool.activation_forward_bytes / GIB:.2f} GiB, as the activation peak")
+                f"{pool.activation_forward_bytes / GIB:.2f} GiB, as the activation peak, and its "
+                f"penalty state, {pool.sampler_state_bytes / GIB:.2f} GiB, beside the memory "
+                f"outside torch")
         if "Directly load AOT compilation" in row["log_excerpt"]:  # the warm restart
             return (f"{rule}, and the log's peak, on a warm torch.compile cache, is "
                     f"{logged_peak:.2f} GiB; the miss is the memory "
-                    f"outside torch of a 24 GB {gpu}, {logged_nt:.2f} GiB in the log where kvlib's "
-                    f"calibrated constant is {pool.non_torch_bytes / GIB:.2f} GiB (fitted mostly on "
-                    f"H100 and A100 logs): with the log's own figure the pool would be "
+                    f"outside torch of a 24 GB {gpu}: the log's consumed memory less its weights is "
+                    f"{logged_nt:.2f} GiB where kvlib charges {beside:.2f} GiB (its calibrated "
+                    f"constant, fitted mostly on H100 and A100 logs, and the state): with the "
+                    f"log's own figure the pool would be "
                     f"{own_nt:.2f} GiB against the logged {float(row['available_kv_gib']):.2f}")
         return (f"{rule}; this first start on one {gpu} ran on a cold torch.compile cache, and "
                 f"its log prints a {logged_peak:.2f} GiB peak "
                 f"({float(logs.loc['el48', 'activation_peak_gib']):.2f} GiB on the warm restart, "
                 f"el48; the log's source puts the difference down to inductor's autotuning), while "
-                f"kvlib's memory outside torch is {pool.non_torch_bytes / GIB - logged_nt:.2f} GiB "
+                f"kvlib's memory outside torch and state is {beside - logged_nt:.2f} GiB "
                 f"above the log's {logged_nt:.2f} GiB: the two misses leave the pool "
                 f"{pool.available_kv_bytes / GIB - float(row['available_kv_gib']):.2f} GiB above "
                 f"the logged {float(row['available_kv_gib']):.2f} GiB")
@@ -381,10 +407,27 @@ def memory_miss_reasons(overheads: Overheads = VLLM) -> dict[str, str]:
                 f"{100 * gap / float(row['available_kv_gib']):.1f}% of its "
                 f"{float(row['available_kv_gib']):.2f} GiB pool")
 
+    def beside_weights(log_id: str) -> str:
+        """A log whose run printed its non-KV memory as one figure (requested − weights − KV)."""
+        row, pool = logs.loc[log_id], log_pool(log_id, overheads)
+        found = re.search(rf"([0-9.]+) GiB for TP{pool.n_gpus}\b", row["log_excerpt"])
+        if found is None:
+            raise ValueError(f"{log_id}: no non-KV memory for TP{pool.n_gpus} in its excerpt")
+        logged = float(found.group(1))
+        charged = (pool.activation_peak_bytes + pool.sampler_state_bytes + pool.non_torch_bytes
+                   + pool.cuda_graph_bytes) / GIB
+        return (f"vLLM {row['engine_version']} on {pool.n_gpus} × {load_gpu(row['gpu_slug']).name} "
+                f"over NVLink: the run's own arithmetic leaves {logged:.2f} GiB beside the weights "
+                f"and the KV cache, where kvlib charges {charged:.2f} GiB (activations, the sampler's "
+                f"state and memory outside torch); its NVLink add-on alone, "
+                f"{overheads.non_torch_tp_bytes / GIB:.2f} GiB fitted on "
+                f"{' and '.join(tp_fit_logs()['nvlink'])}, is more than the whole")
+
     return {"el01": nontorch("el01"), "el02": nontorch("el02"), "el07": el07,
             "el30": profiler, "vl02": profiler, "el47": v2_runner("el47"),
             "el48": v2_runner("el48"), **{i: v2_graphs(i) for i in ("el49", "el50", "el51", "el52")},
-            **{i: tp_outside_torch(i) for i in TP_OUTSIDE_TORCH_LOGS}}
+            **{i: tp_outside_torch(i) for i in TP_OUTSIDE_TORCH_LOGS},
+            "el59": beside_weights("el59")}
 
 
 #: Where the fresh held-out set of start-up logs comes from: the llm-d planner's sweep of vLLM

@@ -7,7 +7,7 @@ every row kvlib can place — a registry model, a GPU of ``data/gpus.csv`` and a
 ``bench_serve`` and the row's own settings, and returns predicted ÷ measured − 1 of median and
 p99 TTFT, median TPOT and request throughput, with the row's load band. A row with pipeline
 stages is placed but not replayed (the replay's step law times one tensor-parallel group):
-``kvlib.fit.parallel.pipeline_validation`` compares it with the pipeline model.
+``pipeline_validation`` compares it with the pipeline model.
 
 What a replay assumes, since the sources print means only: the prompts and outputs are drawn
 uniform within ±``RANGE_RATIO[dataset]`` of the stated means; weights and KV cache are 16-bit
@@ -25,6 +25,7 @@ from ..core.data import csv_path, data_dir
 from ..deployment import ENGINES, Deployment
 from ..engines.workloads import random_lengths
 from ..fit import calibrate
+from ..speed.parallel import parallel_decode
 from .load import bench_serve, run_row, saturated_rps
 
 #: The spread of the lengths drawn for a dataset (a share of the mean): ``random`` as
@@ -228,3 +229,66 @@ def queued_ttft_errors(seed: int = 0) -> pd.DataFrame:
     out = pd.DataFrame(rows).set_index("id")
     out.attrs["not_fit"] = not_fit
     return out
+
+
+def _repository(url: str) -> str:
+    """``github.com/<owner>/<repo>`` of a source URL (the sweep a benchmark row belongs to)."""
+    return "/".join(url.split("/")[2:5])
+
+
+def _decoding(row: pd.Series) -> float:
+    """Requests decoding at once in a request-rate benchmark row, by Little's law: completed
+    req/s × the mean seconds a request spends decoding, mean TPOT × (mean output tokens − 1)."""
+    return (float(row["request_throughput"]) * float(row["mean_tpot_ms"]) * 1e-3
+            * (float(row["output_tokens"]) - 1))
+
+
+@lru_cache(maxsize=1)
+def pipeline_validation() -> pd.DataFrame:
+    """Every published serving point with pipeline stages (``data/serving_benchmarks.csv``,
+    ``pp`` > 1, at a finite request rate) against ``parallel_decode``, beside the point of the
+    same sweep (repository, model, GPU, dataset, rate) that ran one tensor-parallel group.
+
+    One row per pipeline point: id, partner (the one-group point's id), request_rate (req/s),
+    tp, pp, batch (requests decoding, ``_decoding`` rounded; the partner's own in
+    partner_batch), measured and predicted median TPOT (s) and error (predicted ÷ measured −
+    1), the same for the partner, and ratio_error: the modelled ÷ the measured ratio of the two
+    TPOTs, − 1 — what the pipeline terms get wrong once the miss both points share (the
+    single-group law's, and the prefills the pure decode pass leaves out) is divided out. The
+    context is the mean prompt plus half the mean output; weights and KV cache 16-bit where the
+    row leaves them empty. A rate of ``inf`` (every request at once) is no steady state and is
+    left out."""
+    bench = benchmarks()
+    bench = bench[bench["request_rate"] != math.inf]
+    rows = []
+    for key, row in bench.iterrows():
+        if stages(row) == 1:
+            continue
+        same = bench[(bench["model_slug"] == row["model_slug"])
+                     & (bench["gpu_slug"] == row["gpu_slug"])
+                     & (bench["dataset"] == row["dataset"])
+                     & (bench["request_rate"] == row["request_rate"])
+                     & (bench["source_url"].map(_repository) == _repository(row["source_url"]))]
+        partners = [k for k, r in same.iterrows() if stages(r) == 1]
+        if len(partners) != 1:
+            raise ValueError(f"{key}: {len(partners)} one-group points of the same sweep "
+                             f"at {row['request_rate']} req/s (want 1)")
+        out = {"id": key, "partner": partners[0], "request_rate": float(row["request_rate"])}
+        for prefix, k in (("", key), ("partner_", partners[0])):
+            r = bench.loc[k]
+            d = Deployment(r["model_slug"], r["gpu_slug"], tp=int(r["tp"]), pp=stages(r),
+                           weights=r["weight_format"] if isinstance(r["weight_format"], str)
+                           else "bf16",
+                           kv=r["kv_cache_dtype"] if isinstance(r["kv_cache_dtype"], str)
+                           else "bf16", engine=r["engine"])
+            batch = max(1, round(_decoding(r)))
+            ctx = round(float(r["input_tokens"]) + float(r["output_tokens"]) / 2)
+            measured = float(r["median_tpot_ms"]) * 1e-3
+            predicted = parallel_decode(d, batch=batch, context_tokens=ctx).tpot_s
+            out |= {f"{prefix}tp": d.tp, f"{prefix}pp": d.pp, f"{prefix}batch": batch,
+                    f"{prefix}measured": measured, f"{prefix}predicted": predicted,
+                    f"{prefix}error": predicted / measured - 1}
+        out["ratio_error"] = ((out["predicted"] / out["partner_predicted"])
+                              / (out["measured"] / out["partner_measured"]) - 1)
+        rows.append(out)
+    return pd.DataFrame(rows).set_index("id")

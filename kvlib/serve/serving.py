@@ -111,7 +111,7 @@ class ServingPoint:
     max_model_len tokens ("kv"), or no degree tried can split the model ("tp"). The memory
     terms, bytes per GPU, of the degree used (or the largest one tried): budget_bytes (vLLM:
     total × utilization; SGLang: the free memory × mem_fraction_static; TensorRT-LLM: the
-    total), weights_bytes, startup_bytes (activation peak, non-torch memory, CUDA graphs; 0 for
+    total), weights_bytes, startup_bytes (activation peak, sampler state, non-torch memory, CUDA graphs; 0 for
     SGLang, which keeps them outside its fraction) and request_kv_bytes (one request of
     max_model_len tokens); tried_gpus: that degree.
     """
@@ -225,8 +225,8 @@ def _memory_terms(pool: AnyPool, max_model_len: int) -> dict[str, int]:
                     request_kv_bytes=(pool.blocks_per_request(max_model_len)
                                       * pool.tokens_per_block * pool.bytes_per_token))
     return dict(budget_bytes=pool.budget_bytes, weights_bytes=pool.weights_bytes_per_gpu,
-                startup_bytes=(pool.activation_peak_bytes + pool.non_torch_bytes
-                               + pool.cuda_graph_bytes),
+                startup_bytes=(pool.activation_peak_bytes + pool.sampler_state_bytes
+                               + pool.non_torch_bytes + pool.cuda_graph_bytes),
                 request_kv_bytes=(pool.blocks_per_request(max_model_len) * pool.block_bytes
                                   if pool.groups else 0))
 

@@ -154,28 +154,28 @@ DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one share
 #: of the bandwidth for weight and KV reads alike, one step cost and one cost per scheduled
 #: request per GPU vendor, one cost per block kind and per doubling of the tensor-parallel
-#: group, the candidate with the lowest leave-one-source-out error (see Appendix A,
+#: group, the candidate chosen by leave-one-source-out error (see Appendix A,
 #: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
 #: checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.75,
-    kv_bandwidth=0.75, compute=0.60,
-    step_s=(("sglang", 0.043e-3),
-            ("sglang-rocm", 1.342e-3),
-            ("tensorrt-llm", 0.043e-3),
-            ("vllm", 0.043e-3),
-            ("vllm-rocm", 1.342e-3)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
+    kv_bandwidth=0.76, compute=0.60,
+    step_s=(("sglang", 0.028e-3),
+            ("sglang-rocm", 1.317e-3),
+            ("tensorrt-llm", 0.028e-3),
+            ("vllm", 0.028e-3),
+            ("vllm-rocm", 1.317e-3)),
     block_s=(("attention", 0.0e-6),
-             ("mla", 36.3e-6),
-             ("recurrent", 52.5e-6),
-             ("dense_ffn", 15.5e-6),
-             ("moe_ffn", 28.8e-6)),
-    request_s=(("sglang", 13.8e-6),
-               ("sglang-rocm", 75.5e-6),
-               ("tensorrt-llm", 13.8e-6),
-               ("vllm", 13.8e-6),
-               ("vllm-rocm", 75.5e-6)),
-    stage_s=5.8e-6,
+             ("mla", 37.4e-6),
+             ("recurrent", 52.1e-6),
+             ("dense_ffn", 17.9e-6),
+             ("moe_ffn", 30.8e-6)),
+    request_s=(("sglang", 14.1e-6),
+               ("sglang-rocm", 75.6e-6),
+               ("tensorrt-llm", 14.1e-6),
+               ("vllm", 14.1e-6),
+               ("vllm-rocm", 75.6e-6)),
+    stage_s=5.5e-6,
     communication=True, source="kvlib.fit.calibrate.fit")
 
 
