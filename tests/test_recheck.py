@@ -46,7 +46,14 @@ def test_rounded_value_holds_within_half_a_digit():
 def test_one_digit_off_is_rounding():
     # Qwen2.5-72B: 327,680 bytes = 327.68 KB, stated as 327 (truncated, not rounded)
     v = judge("327", 327_680, "KB")
-    assert v.verdict == "rounding" and "1%" in v.reason
+    assert v.verdict == "rounding" and "one unit of the claim's last digit" in v.reason
+    # a stated tolerance: within twice it is rounding, and the reason says so (56 ± 1 GB read
+    # against 57.1 GB: 1.1 over, within 2)
+    v = judge("56", 57.1e9, "GB", tolerance=1)
+    assert v.verdict == "rounding" and "±2 GB of the claim, twice its stated tolerance" in v.reason
+    # past that, within 1% of a large claim: 1,000 against 1,008, tolerance 2
+    v = judge("1000", 1008e3, "KB", tolerance=2)
+    assert v.verdict == "rounding" and v.reason.endswith("within 1% of the claim")
 
 
 def test_kib_written_as_kb_is_a_unit_slip():

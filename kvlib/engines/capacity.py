@@ -440,7 +440,8 @@ class Pool:
              -self.weights_bytes_per_gpu),
             (f"− activation peak ({self.max_num_batched_tokens:,} batched tokens, "
              f"{self.max_num_seqs:,} sampled rows)", -self.activation_peak_bytes),
-            *([(f"− sampler state ({self.max_num_seqs:,} requests × the vocabulary, int32)",
+            *([(f"− sampler state (token counts and prompt mask of {self.max_num_seqs:,} "
+                 "requests, int32)",
                 -self.sampler_state_bytes)] if self.sampler_state_bytes else []),
             ("− non-torch memory" + (f" (incl. tensor-parallel buffers, {self.tp_link})"
                                      if self.tp_link else ""), -self.non_torch_bytes),

@@ -599,8 +599,14 @@ def judge(claimed: str, recomputed_raw: float, unit: str, tolerance: float | Non
             how = f"within ±{band} of the claim, its stated tolerance"
         return Verdict(value, ours, unit, "holds", f"{_amount(ours, unit)}, {how}{note}", "holds")
     if close(ours, 2 * tol) or close(ours, 0.01 * abs(value)):
-        return Verdict(value, ours, unit, "rounding",
-                       f"{_amount(ours, unit)}: within one unit of the last digit or 1%",
+        if close(ours, 0.01 * abs(value)) and not close(ours, 2 * tol):
+            how = "within 1% of the claim"
+        elif tolerance is None:
+            how = "within one unit of the claim's last digit"
+        else:
+            band = _amount(2 * tol, "points") if unit == "%" else _amount(2 * tol, unit)
+            how = f"within ±{band} of the claim, twice its stated tolerance"
+        return Verdict(value, ours, unit, "rounding", f"{_amount(ours, unit)}: {how}",
                        "rounding")
     if slip is not None and close(_in_unit(recomputed_raw, slip), 2 * tol):
         return Verdict(value, ours, unit, "unit slip",
