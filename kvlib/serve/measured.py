@@ -70,6 +70,22 @@ def stages(row: pd.Series) -> int:
     return 1 if pd.isna(row["pp"]) else int(row["pp"])
 
 
+def _deployment(row: pd.Series) -> Deployment:
+    """The deployment a benchmark row ran: its model, GPU, TP and pipeline stages, weights and
+    KV cache (16-bit where the row leaves them empty), engine (vLLM's scheduling for "other")
+    and the server limits it states."""
+    return Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"]), pp=stages(row),
+                      weights=row["weight_format"] if isinstance(row["weight_format"], str)
+                      else "bf16",
+                      kv=row["kv_cache_dtype"] if isinstance(row["kv_cache_dtype"], str)
+                      else "bf16",
+                      engine=row["engine"] if row["engine"] in ENGINES else "vllm",
+                      max_num_seqs=None if pd.isna(row["max_num_seqs"])
+                      else int(row["max_num_seqs"]),
+                      max_num_batched_tokens=None if pd.isna(row["max_num_batched_tokens"])
+                      else int(row["max_num_batched_tokens"]))
+
+
 def _placeable(row: pd.Series) -> bool:
     return (isinstance(row["model_slug"], str) and isinstance(row["gpu_slug"], str)
             and not pd.isna(row["tp"]) and not pd.isna(row["input_tokens"])
@@ -94,16 +110,7 @@ def serving_errors() -> pd.DataFrame:
                          "not_replayed": f"{stages(row)} pipeline stages: the replay times one "
                                          "tensor-parallel group"})
             continue
-        d = Deployment(row["model_slug"], row["gpu_slug"], tp=int(row["tp"]),
-                       weights=row["weight_format"] if isinstance(row["weight_format"], str)
-                       else "bf16",
-                       kv=row["kv_cache_dtype"] if isinstance(row["kv_cache_dtype"], str)
-                       else "bf16",
-                       engine=row["engine"] if row["engine"] in ENGINES else "vllm",
-                       max_num_seqs=None if pd.isna(row["max_num_seqs"])
-                       else int(row["max_num_seqs"]),
-                       max_num_batched_tokens=None if pd.isna(row["max_num_batched_tokens"])
-                       else int(row["max_num_batched_tokens"]))
+        d = _deployment(row)
         n = min(int(row["num_prompts"]), MAX_REQUESTS)
         requests = random_lengths(n, round(row["input_tokens"]), round(row["output_tokens"]),
                                   RANGE_RATIO[row["dataset"]], seed=0)
@@ -255,8 +262,7 @@ def pipeline_validation() -> pd.DataFrame:
     1), the same for the partner, and ratio_error: the modelled ÷ the measured ratio of the two
     TPOTs, − 1 — what the pipeline terms get wrong once the miss both points share (the
     single-group law's, and the prefills the pure decode pass leaves out) is divided out. The
-    context is the mean prompt plus half the mean output; weights and KV cache 16-bit where the
-    row leaves them empty. A rate of ``inf`` (every request at once) is no steady state and is
+    context is the mean prompt plus half the mean output (``_deployment`` for the rest). A rate of ``inf`` (every request at once) is no steady state and is
     left out."""
     bench = benchmarks()
     bench = bench[bench["request_rate"] != math.inf]
@@ -276,11 +282,7 @@ def pipeline_validation() -> pd.DataFrame:
         out = {"id": key, "partner": partners[0], "request_rate": float(row["request_rate"])}
         for prefix, k in (("", key), ("partner_", partners[0])):
             r = bench.loc[k]
-            d = Deployment(r["model_slug"], r["gpu_slug"], tp=int(r["tp"]), pp=stages(r),
-                           weights=r["weight_format"] if isinstance(r["weight_format"], str)
-                           else "bf16",
-                           kv=r["kv_cache_dtype"] if isinstance(r["kv_cache_dtype"], str)
-                           else "bf16", engine=r["engine"])
+            d = _deployment(r)
             batch = max(1, round(_decoding(r)))
             ctx = round(float(r["input_tokens"]) + float(r["output_tokens"]) / 2)
             measured = float(r["median_tpot_ms"]) * 1e-3
