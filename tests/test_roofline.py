@@ -13,7 +13,7 @@ from kvlib.speed import roofline
 from kvlib.hardware.gpus import GPU, allreduce_latency, load_gpu
 from kvlib.speed.roofline import (CALIBRATED, DATASHEET, Efficiency, allreduce_time_s, blocks,
                             critical_batch, decode_step, expected_experts, moe_padded_rows,
-                            prefill_step, serving_steps, step)
+                            prefill_step, serving_steps, step, lockstep_steps)
 from kvlib.core.units import GIB
 
 #: Round constants for hand-checked arithmetic: η_w 0.8, η_kv 0.5, η_F 0.5, 1 ms per vLLM step,
@@ -239,6 +239,35 @@ def test_serving_steps_spread_other_requests_prompts_over_decode_steps():
     long = serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=20_000,
                          output_tokens=500, efficiency=EFF)
     assert long.prompt_chunks == 3 and long.first.prefill_tokens == 8184
+
+
+def test_lockstep_steps_put_half_the_wave_before_the_first_token():
+    # SGLang prefills before it decodes: 16 prompts of 1,024 tokens are 16,384 tokens, two
+    # chunks of SGLang's 8,192 on an 80 GB H100; on average a request's first token comes
+    # with chunk (2 + 1) / 2 = 1.5 and 0.5 chunks follow it, spread over its 127 other tokens
+    w = lockstep_steps("llama-3.1-8b", "h100-sxm", batch=16, input_tokens=1024,
+                       output_tokens=128, efficiency=EFF)
+    wave = prefill_step("llama-3.1-8b", "h100-sxm", batch=16, prompt_tokens=1024,
+                        efficiency=EFF)
+    assert w.chunks == 2 and w.wave.time_s == pytest.approx(wave.time_s)
+    assert w.decode.batch == 16 and w.decode.context_tokens == 1024 + 64
+    assert w.ttft_s == pytest.approx(0.75 * wave.time_s)
+    assert w.tpot_s == pytest.approx(w.decode.time_s + 0.25 * wave.time_s / 127)
+    # one chunk: every first token waits for the whole wave and decoding follows at once
+    one = lockstep_steps("llama-3.1-8b", "h100-sxm", batch=4, input_tokens=1024,
+                         output_tokens=128, efficiency=EFF)
+    assert one.chunks == 1 and one.tpot_s == pytest.approx(one.decode.time_s)
+    # SGLang's chunk grows with the GPU (16,384 on a B200); a deployment's own budget wins
+    b200 = lockstep_steps("llama-3.1-8b", "b200", batch=16, input_tokens=1024,
+                          output_tokens=128, efficiency=EFF)
+    assert b200.chunks == 1
+    capped = lockstep_steps("llama-3.1-8b", "h100-sxm", batch=16, input_tokens=1024,
+                            output_tokens=128, efficiency=EFF,
+                            max_num_batched_tokens=2048)
+    assert capped.chunks == 8
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        lockstep_steps("llama-3.1-8b", "h100-sxm", batch=16, input_tokens=1024,
+                       output_tokens=128, chunk_tokens=0)
 
 
 def test_static_batch_is_prefill_plus_decode_steps():

@@ -14,9 +14,11 @@
     return new Response(stream).text().then(JSON.parse);
   }
 
-  // Three significant digits with thousands separators: 1,210 · 23.7 · 0.667 · 0.0190.
+  // Three significant digits with thousands separators, whole numbers from 1,000 up (as the
+  // page's text writes them): 1,214 · 23.7 · 0.667 · 0.0190.
   function sig3(x) {
     if (x === 0) { return "0"; }
+    if (Math.abs(x) >= 999.5) { return Math.round(x).toLocaleString("en-US"); }
     var v = Number(x.toPrecision(3));
     var d = Math.max(0, 2 - Math.floor(Math.log10(Math.abs(v))));
     return v.toLocaleString("en-US", { minimumFractionDigits: d, maximumFractionDigits: d });
@@ -537,7 +539,7 @@
         var c = node("circle", { cx: px(p.x), cy: py(p.y), r: p.n === chosen ? 5 : 3.5,
                                  fill: "#4c78a8", "data-n": p.n });
         c.appendChild(document.createElementNS(ns, "title")).textContent =
-          p.n + " GPUs: " + sig3(p.x) + " tokens/s per user, " + money(p.y) + " per 1M";
+          p.n + (p.n === 1 ? " GPU: " : " GPUs: ") + sig3(p.x) + " tokens/s per user, " + money(p.y) + " per 1M";
         node("text", { x: px(p.x) + 6, y: py(p.y) - 4, "font-size": "9" }, p.n + " GPU" + (p.n > 1 ? "s" : ""));
       });
       fig.appendChild(svg);

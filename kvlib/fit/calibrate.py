@@ -7,7 +7,9 @@ Points (``speed_points``): every row of ``data/throughput.csv`` the roofline can
   token (TPOT) or time to first token (TTFT) at a client concurrency, or a static batch's
   latency. A serving TPOT is predicted as ``roofline.serving_steps`` gives it — decode steps
   that carry the other requests' prompts — at ``min(concurrency, requests the KV pool holds)``;
-  a static batch as one prefill plus its decode steps.
+  on an engine that prefills before it decodes (``roofline.PREFILL_FIRST_ENGINES``) a
+  closed-loop benchmark runs in waves instead (``roofline.lockstep_steps``); a static batch
+  as one prefill plus its decode steps.
 * *history* rows (the engines of 2023–2024 and the rows mapped by
   ``data/roofline_calibration.csv``, ``data/validation/throughput_mapping.csv`` and
   ``data/validation/throughput.csv``): predicted and reported apart, never fitted.
@@ -330,7 +332,13 @@ def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
     mode, metric = point["mode"], point["metric"]
     steps: list[tuple[float, roofline.Step]] = []
     numerator = 0.0
-    if mode == "serving":
+    if mode == "serving" and point["engine"] in roofline.PREFILL_FIRST_ENGINES:
+        batch = decode_batch(point)
+        w = roofline.lockstep_steps(d, batch=batch, input_tokens=isl, output_tokens=osl)
+        late = (w.chunks - 1) / (2 * w.chunks)
+        steps = ([((w.chunks + 1) / (2 * w.chunks), w.wave)] if metric == TTFT_METRIC
+                 else [(1.0, w.decode), (late / max(osl - 1, 1), w.wave)])
+    elif mode == "serving":
         batch = decode_batch(point)
         s = roofline.serving_steps(d, batch=batch, input_tokens=isl, output_tokens=osl)
         if metric == TTFT_METRIC:

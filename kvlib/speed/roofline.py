@@ -35,7 +35,9 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 ``DATASHEET`` is the pure roofline (η = 1, no fixed costs, no all-reduces); ``CALIBRATED``
 holds the constants :func:`kvlib.fit.calibrate.fit` finds on the train half of the measurements.
 ``serving_steps`` turns steps into what a serving benchmark measures: other requests'
-prefill shares the decode steps (chunked prefill), so time per output token is not pure decode.
+prefill shares the decode steps (chunked prefill), so time per output token is not pure decode;
+``lockstep_steps`` does the same for a closed-loop benchmark on an engine that prefills before
+it decodes (SGLang), whose requests then run in waves.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ import numpy as np
 from ..core.checks import integer, number, positive_integer
 from ..deployment import ENGINES, Deployment
 from ..deployment import deployment as as_deployment
+from ..engines import sglang
 from ..hardware.gpus import GPU, allreduce_latency, resolve_gpu
 from ..model.formats import weight_bits, weight_format
 from ..model.layers import SharedKVLayer
@@ -158,24 +161,24 @@ DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
 #: checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
-    kv_bandwidth=0.76, compute=0.60,
-    step_s=(("sglang", 0.028e-3),
-            ("sglang-rocm", 1.317e-3),
-            ("tensorrt-llm", 0.028e-3),
-            ("vllm", 0.028e-3),
-            ("vllm-rocm", 1.317e-3)),
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.77,
+    kv_bandwidth=0.77, compute=0.55,
+    step_s=(("sglang", 0.0e-3),
+            ("sglang-rocm", 1.337e-3),
+            ("tensorrt-llm", 0.0e-3),
+            ("vllm", 0.0e-3),
+            ("vllm-rocm", 1.337e-3)),
     block_s=(("attention", 0.0e-6),
-             ("mla", 37.4e-6),
-             ("recurrent", 52.1e-6),
-             ("dense_ffn", 17.9e-6),
-             ("moe_ffn", 30.8e-6)),
+             ("mla", 40.7e-6),
+             ("recurrent", 52.4e-6),
+             ("dense_ffn", 18.5e-6),
+             ("moe_ffn", 31.7e-6)),
     request_s=(("sglang", 14.1e-6),
-               ("sglang-rocm", 75.6e-6),
+               ("sglang-rocm", 74.4e-6),
                ("tensorrt-llm", 14.1e-6),
                ("vllm", 14.1e-6),
-               ("vllm-rocm", 75.6e-6)),
-    stage_s=5.5e-6,
+               ("vllm-rocm", 74.4e-6)),
+    stage_s=5.6e-6,
     communication=True, source="kvlib.fit.calibrate.fit")
 
 
@@ -763,6 +766,64 @@ def serving_steps(model: Deployment | Model | str, gpu: GPU | str | None = None,
     first = _uniform_step(d, b - 1, ctx, chunk, isl)
     return ServingSteps(decode=decode, mixed=mixed, first=first, prefill_share=share,
                         prefill_tokens_per_step=per_step, prompt_chunks=math.ceil(isl / chunk))
+
+
+#: Engines whose scheduler runs waiting prompts as a prefill batch of their own before the next
+#: decode step, not inside it: SGLang (``enable_mixed_chunk`` off by default; "Run prefill first
+#: if possible" in ``Scheduler.get_next_batch_to_run``; read in the 0.5.1.post1 and 0.5.23
+#: wheels). vLLM and TensorRT-LLM put prompt chunks inside decode steps.
+PREFILL_FIRST_ENGINES = ("sglang",)
+
+
+@dataclass(frozen=True)
+class LockstepSteps:
+    """A closed-loop benchmark of ``batch`` requests of one length on an engine that prefills
+    before it decodes (``PREFILL_FIRST_ENGINES``): the requests start together, so they finish
+    together and their replacements arrive together — every wave prefills ``batch`` prompts in
+    ``chunks`` chunks, then decodes ``output_tokens`` steps at ``batch``.
+
+    decode: a decode step at the mean context (input + output ÷ 2); wave: the prefill of the
+    whole wave's prompts (one step's legs; its chunks add no bytes the weights do not already
+    dominate); chunks: prefill batches per wave; output_tokens: tokens each request emits.
+    A request's first token comes with its own chunk, so on average it waits (chunks + 1) ÷ 2
+    chunks for it and then (chunks − 1) ÷ 2 more before decoding resumes.
+    """
+
+    decode: Step
+    wave: Step
+    chunks: int
+    output_tokens: int
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token: a decode step plus the chunks prefilled after a
+        request's first token, spread over its other output tokens."""
+        late = self.wave.time_s * (self.chunks - 1) / (2 * self.chunks)
+        return self.decode.time_s + late / max(self.output_tokens - 1, 1)
+
+    @property
+    def ttft_s(self) -> float:
+        """Mean time to first token: (chunks + 1) ÷ 2 of the wave's prefill."""
+        return self.wave.time_s * (self.chunks + 1) / (2 * self.chunks)
+
+
+def lockstep_steps(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
+                   batch: int, input_tokens: int, output_tokens: int,
+                   chunk_tokens: int | None = None, **deployment_keywords: Any) -> LockstepSteps:
+    """The steps of ``LockstepSteps``: ``batch`` requests of ``input_tokens`` + ``output_tokens``
+    prefilled ``chunk_tokens`` prompt tokens per batch (default: the deployment's
+    ``max_num_batched_tokens``, else SGLang's ``chunked_prefill_size`` for the GPU)."""
+    d = as_deployment(model, gpu, **deployment_keywords)
+    b = positive_integer("batch", batch)
+    isl = positive_integer("input_tokens", input_tokens)
+    osl = positive_integer("output_tokens", output_tokens)
+    if chunk_tokens is None:
+        chunk_tokens = d.max_num_batched_tokens or sglang.capacity_defaults(
+            sglang.gpu_memory_mib(d.gpu), d.tp)[0]
+    chunk = positive_integer("chunk_tokens", chunk_tokens)
+    return LockstepSteps(decode=_uniform_step(d, b, isl + osl // 2, 0, 0),
+                         wave=prefill_step(d, batch=b, prompt_tokens=isl),
+                         chunks=math.ceil(b * isl / chunk), output_tokens=osl)
 
 
 def generation_time_s(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
