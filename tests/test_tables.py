@@ -31,6 +31,13 @@ def test_table_html_has_controls_sort_keys_and_escapes(frame):
     assert '<option value="no">no</option><option value="yes">yes</option>' in flags
 
 
+def test_short_tables_show_whole_and_long_ones_scroll_in_their_box():
+    short = tables.table(pd.DataFrame({"x": range(tables.SHORT_ROWS)}))._repr_html_()
+    long = tables.table(pd.DataFrame({"x": range(tables.SHORT_ROWS + 1)}))._repr_html_()
+    assert 'class="kvlib-table-wrap kvlib-table-short"' in short
+    assert 'class="kvlib-table-wrap"' in long
+
+
 def test_table_ids_are_reproducible_and_content_hashed(frame):
     a = tables.table(frame)
     assert a.table_id == tables.table(frame.copy()).table_id

@@ -724,7 +724,7 @@ def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int,
 # --- the page's data ----------------------------------------------------------------------------
 
 #: Significant digits of the numbers the page's data carries (its figures show three).
-PAGE_DIGITS = 4
+PAGE_DIGITS = 5
 
 #: Case fields the page shows, in the order of its rows (``calculator_data``).
 PAGE_FIELDS = ["max_concurrency", "batch", "tokens_per_s", "tokens_per_s_low",

@@ -184,6 +184,10 @@ def _is_number_column(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
+#: Tables of at most this many rows are shown whole, without the box's height limit.
+SHORT_ROWS = 12
+
+
 class Table:
     """A table for a reader (see the module docstring); ``df`` keeps the data as given."""
 
@@ -255,7 +259,9 @@ class Table:
                 f"{html.escape(texts[c][i])}</td>" for c, v in zip(frame.columns, row))
             body.append(f"<tr>{cells}</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
-        return (f'<div class="kvlib-table-wrap">{self._controls(texts)}'
+        # a short table shows whole; a long one scrolls inside its box, header kept in view
+        wrap = "kvlib-table-wrap" + (" kvlib-table-short" if len(frame) <= SHORT_ROWS else "")
+        return (f'<div class="{wrap}">{self._controls(texts)}'
                 f'<table class="kvlib-table" id="{self.table_id}">{caption}'
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
