@@ -21,6 +21,8 @@ from kvlib.core.units import GIB
 EFF = Efficiency("test", bandwidth=0.8, kv_bandwidth=0.5, compute=0.5,
                  step_s=(("vllm", 1e-3),), block_s=(("attention", 10e-6), ("dense_ffn", 20e-6)),
                  communication=True)
+#: EFF with the same step cost for SGLang
+SGL_EFF = dataclasses.replace(EFF, step_s=(("sglang", 1e-3), ("vllm", 1e-3)))
 
 
 def test_critical_batch_from_datasheet_figures():
@@ -239,6 +241,24 @@ def test_serving_steps_spread_other_requests_prompts_over_decode_steps():
     long = serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=20_000,
                          output_tokens=500, efficiency=EFF)
     assert long.prompt_chunks == 3 and long.first.prefill_tokens == 8184
+
+
+def test_sglang_prefills_its_prompts_between_decode_steps():
+    # SGLang runs a waiting prompt as a batch of its own before the next decode step: each
+    # output token is one decode step plus, in the share of steps a prompt arrives, a prefill
+    # batch of that prompt alone (vLLM's mixed step shares one weight read instead)
+    kw = dict(batch=8, input_tokens=1000, output_tokens=500, efficiency=SGL_EFF)
+    sg = serving_steps("llama-3.1-8b", "h100-sxm", engine="sglang", **kw)
+    assert sg.prefill_apart and sg.mixed.kind == "prefill" and sg.first.kind == "prefill"
+    assert sg.mixed.prefill_tokens == 1000 and sg.mixed.batch == 0
+    assert sg.prefill_share == pytest.approx(0.014)  # 7 × 1,000 ÷ 500 = 14 tokens a step
+    assert sg.tpot_s == pytest.approx(sg.decode.time_s + 0.014 * sg.mixed.time_s)
+    assert sg.prefill_time_share == pytest.approx(0.014 * sg.mixed.time_s / sg.tpot_s)
+    assert sg.ttft_s == pytest.approx(sg.first.time_s + sg.tpot_s / 2)
+    vllm = serving_steps("llama-3.1-8b", "h100-sxm", engine="vllm", **kw)
+    assert not vllm.prefill_apart and vllm.mixed.batch == 8
+    # the prompt's weight read is paid twice when it runs apart
+    assert sg.tpot_s > vllm.tpot_s
 
 
 def test_lockstep_steps_put_half_the_wave_before_the_first_token():

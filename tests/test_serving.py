@@ -8,6 +8,7 @@ import pytest
 import kvlib
 
 from kvlib.fit import calibrate
+from kvlib.speed import roofline
 from kvlib.serve.serving import BatchTooLarge, DoesNotFit, batch_sweep, serving_point
 
 
@@ -62,12 +63,16 @@ def test_each_engine_serves_from_its_own_pool():
     assert trt.max_concurrency == trt_pool.num_blocks / (8192 // 32) and trt.batch == 56
     assert serving_point("llama-3.1-8b", "h100-sxm", input_tokens=7168, output_tokens=1024,
                          engine="tensorrt-llm", max_num_seqs=8).batch == 8
-    # the same batch on two engines of one GPU vendor takes the same time: the step cost and the
-    # request cost are one per GPU vendor (calibrate.CHOSEN_TERMS), so on an H100 vLLM and
-    # SGLang differ only in their pools and defaults, not in a step
+    # the same batch on two engines of one GPU vendor takes the same decode step: the step cost
+    # and the request cost are one per GPU vendor (calibrate.CHOSEN_TERMS); SGLang runs the
+    # arriving prompts as prefill batches of their own, which costs a second weight read
     a, b = (serving_point("llama-3.1-8b", "h100-sxm", input_tokens=1000, output_tokens=100,
                           batch=8, engine=e) for e in ("vllm", "sglang"))
-    assert b.tpot_s == a.tpot_s
+    steps = {e: roofline.serving_steps("llama-3.1-8b", "h100-sxm", batch=8, input_tokens=1000,
+                                       output_tokens=100, engine=e) for e in ("vllm", "sglang")}
+    assert steps["vllm"].decode.time_s == steps["sglang"].decode.time_s
+    assert a.tpot_s == pytest.approx(steps["vllm"].tpot_s)
+    assert b.tpot_s == pytest.approx(steps["sglang"].tpot_s) and b.tpot_s > a.tpot_s
     big = serving_point("llama-3.1-405b", "h100-sxm", input_tokens=7168, output_tokens=1024,
                         engine="sglang")
     assert big.limit == "weights" and "SGLang keeps for weights and KV cache at " \

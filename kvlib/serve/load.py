@@ -66,7 +66,9 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     on one replica of ``deployment``: open loop at ``request_rate``, closed loop at
     ``concurrency``, or both (requests sent at the rate, at most ``concurrency`` in flight).
     Latencies run from the moment the client sends a request. A step carries the engine's
-    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes).
+    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes:
+    every engine's prompts are scheduled inside decode steps, as vLLM schedules them, though
+    SGLang runs them as batches of their own — ``roofline.PREFILL_FIRST_ENGINES``).
     ``prefix_ids`` (the ids of each prompt's full blocks,
     ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching."""
     d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)

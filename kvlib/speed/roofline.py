@@ -687,15 +687,24 @@ def prefill_step(model: Deployment | Model | str, gpu: GPU | str | None = None, 
                 **deployment_keywords)
 
 
+#: Engines whose scheduler runs waiting prompts as a prefill batch of their own before the next
+#: decode step, not inside it: SGLang (``enable_mixed_chunk`` off by default; "Run prefill first
+#: if possible" in ``Scheduler.get_next_batch_to_run``; read in the 0.5.1.post1 and 0.5.23
+#: wheels). vLLM and TensorRT-LLM put prompt chunks inside decode steps.
+PREFILL_FIRST_ENGINES = ("sglang",)
+
+
 @dataclass(frozen=True)
 class ServingSteps:
     """The steady state of a continuous-batching server with ``batch`` requests in flight.
 
     decode: a step of pure decodes; mixed: a decode step that also prefills one arriving prompt
-    (or, when prompts arrive faster than one per step, the mean prefill tokens per step);
-    prefill_share: the fraction of steps that are mixed; prefill_tokens_per_step: mean prompt
-    tokens per step, (batch − 1) × input ÷ output (each of the other requests brings a prompt
-    every ``output`` steps); first: the step that carries a new request's own prompt.
+    (or, when prompts arrive faster than one per step, the mean prefill tokens per step) — on
+    an engine that prefills before it decodes (``prefill_apart``: ``PREFILL_FIRST_ENGINES``),
+    those prompt tokens' own prefill batch, run between two decode steps; prefill_share: the
+    fraction of decode steps that carry (or follow) a prompt; prefill_tokens_per_step: mean
+    prompt tokens per step, (batch − 1) × input ÷ output (each of the other requests brings a
+    prompt every ``output`` steps); first: the step that carries a new request's own prompt.
     """
 
     decode: Step
@@ -704,10 +713,14 @@ class ServingSteps:
     prefill_share: float
     prefill_tokens_per_step: float
     prompt_chunks: int
+    prefill_apart: bool = False
 
     @property
     def tpot_s(self) -> float:
-        """Mean time per output token of a request: the mean step time."""
+        """Mean time per output token of a request: the mean step time (with prompts apart, a
+        decode step plus the prefill batches run between decode steps, per step)."""
+        if self.prefill_apart:
+            return self.decode.time_s + self.prefill_share * self.mixed.time_s
         return (1 - self.prefill_share) * self.decode.time_s + self.prefill_share * self.mixed.time_s
 
     @property
@@ -734,7 +747,8 @@ class ServingSteps:
     @property
     def prefill_time_share(self) -> float:
         """The part of the mean step spent on prefill work (what input tokens cost)."""
-        return self.prefill_share * (self.mixed.time_s - self.decode.time_s) / self.tpot_s
+        extra = self.mixed.time_s if self.prefill_apart else self.mixed.time_s - self.decode.time_s
+        return self.prefill_share * extra / self.tpot_s
 
 
 def serving_steps(model: Deployment | Model | str, gpu: GPU | str | None = None, *, batch: int,
@@ -744,7 +758,10 @@ def serving_steps(model: Deployment | Model | str, gpu: GPU | str | None = None,
     ``output_tokens`` in flight (a closed-loop benchmark at concurrency ``batch``, or steady
     traffic): decodes run at the mean context, input + output ÷ 2; a prompt is prefilled in
     chunks of up to the deployment's ``max_num_batched_tokens`` − ``batch`` tokens inside decode
-    steps (chunked prefill; ``max_batched_tokens`` overrides it).
+    steps (chunked prefill; ``max_batched_tokens`` overrides it) — or, on an engine that
+    prefills before it decodes (``PREFILL_FIRST_ENGINES``), in batches of prompt tokens alone
+    between decode steps. (A closed-loop benchmark of one length on such an engine runs in
+    waves instead: ``lockstep_steps``.)
     """
     d = as_deployment(model, gpu, **deployment_keywords)
     b = positive_integer("batch", batch)
@@ -761,18 +778,13 @@ def serving_steps(model: Deployment | Model | str, gpu: GPU | str | None = None,
     per_step = (b - 1) * isl / osl
     share = min(1.0, per_step / chunk)
     mixed_tokens = min(budget, max(chunk, math.ceil(per_step)))
+    apart = d.engine in PREFILL_FIRST_ENGINES
     decode = _uniform_step(d, b, ctx, 0, 0)
-    mixed = _uniform_step(d, b, ctx, mixed_tokens, isl)
-    first = _uniform_step(d, b - 1, ctx, chunk, isl)
+    mixed = _uniform_step(d, 0 if apart else b, ctx, mixed_tokens, isl)
+    first = _uniform_step(d, 0 if apart else b - 1, ctx, chunk, isl)
     return ServingSteps(decode=decode, mixed=mixed, first=first, prefill_share=share,
-                        prefill_tokens_per_step=per_step, prompt_chunks=math.ceil(isl / chunk))
-
-
-#: Engines whose scheduler runs waiting prompts as a prefill batch of their own before the next
-#: decode step, not inside it: SGLang (``enable_mixed_chunk`` off by default; "Run prefill first
-#: if possible" in ``Scheduler.get_next_batch_to_run``; read in the 0.5.1.post1 and 0.5.23
-#: wheels). vLLM and TensorRT-LLM put prompt chunks inside decode steps.
-PREFILL_FIRST_ENGINES = ("sglang",)
+                        prefill_tokens_per_step=per_step, prompt_chunks=math.ceil(isl / chunk),
+                        prefill_apart=apart)
 
 
 @dataclass(frozen=True)
