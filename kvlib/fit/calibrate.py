@@ -335,9 +335,8 @@ def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
     if mode == "serving" and point["engine"] in roofline.PREFILL_FIRST_ENGINES:
         batch = decode_batch(point)
         w = roofline.lockstep_steps(d, batch=batch, input_tokens=isl, output_tokens=osl)
-        late = (w.chunks - 1) / (2 * w.chunks)
-        steps = ([((w.chunks + 1) / (2 * w.chunks), w.wave)] if metric == TTFT_METRIC
-                 else [(1.0, w.decode), (late / max(osl - 1, 1), w.wave)])
+        steps = ([(w.ttft_wave_share, w.wave)] if metric == TTFT_METRIC
+                 else [(1.0, w.decode), (w.tpot_wave_share, w.wave)])
     elif mode == "serving":
         batch = decode_batch(point)
         s = roofline.serving_steps(d, batch=batch, input_tokens=isl, output_tokens=osl)

@@ -807,16 +807,26 @@ class LockstepSteps:
     output_tokens: int
 
     @property
+    def tpot_wave_share(self) -> float:
+        """The part of the wave's prefill in each output token's time: the (chunks − 1) ÷ 2
+        chunks after a request's first token, spread over its other output tokens."""
+        return (self.chunks - 1) / (2 * self.chunks) / max(self.output_tokens - 1, 1)
+
+    @property
+    def ttft_wave_share(self) -> float:
+        """The part of the wave's prefill before a request's first token: (chunks + 1) ÷ 2 of
+        its chunks."""
+        return (self.chunks + 1) / (2 * self.chunks)
+
+    @property
     def tpot_s(self) -> float:
-        """Mean time per output token: a decode step plus the chunks prefilled after a
-        request's first token, spread over its other output tokens."""
-        late = self.wave.time_s * (self.chunks - 1) / (2 * self.chunks)
-        return self.decode.time_s + late / max(self.output_tokens - 1, 1)
+        """Mean time per output token: a decode step plus ``tpot_wave_share`` of the wave."""
+        return self.decode.time_s + self.tpot_wave_share * self.wave.time_s
 
     @property
     def ttft_s(self) -> float:
-        """Mean time to first token: (chunks + 1) ÷ 2 of the wave's prefill."""
-        return self.wave.time_s * (self.chunks + 1) / (2 * self.chunks)
+        """Mean time to first token: ``ttft_wave_share`` of the wave's prefill."""
+        return self.ttft_wave_share * self.wave.time_s
 
 
 def lockstep_steps(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
