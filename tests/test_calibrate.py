@@ -91,28 +91,27 @@ def test_assumptions_are_applied_and_stated(points):
     assert excluded["reason"].str.contains("FLOP/s").all()  # only the RTX 3090 rows
 
 
-def test_parts_reproduce_the_roofline(points):
-    # a serving TPOT is the mean step of roofline.serving_steps at the capped batch
-    point = points.loc[points[(points["mode"] == "serving") & (points["engine"] == "vllm")
+def _first_serving_tpot(points, engine):
+    """The first serving TPOT point of ``engine``, its parts and the keywords of its case."""
+    point = points.loc[points[(points["mode"] == "serving") & (points["engine"] == engine)
                               & (points["metric"] == "time_per_output_token_s")].index[0]]
     parts = calibrate.parts(point)
-    s = roofline.serving_steps(point["model"], point["gpu"], batch=parts.batch,
-                               input_tokens=int(point["input_tokens"]),
-                               output_tokens=int(point["output_tokens"]), n_gpus=int(point["tp"]),
-                               weight_dtype=point["weight_format"],
-                               kv_dtype=point["kv_dtype"], engine=point["engine"],
-                               efficiency=CALIBRATED)
+    case = dict(batch=parts.batch, input_tokens=int(point["input_tokens"]),
+                output_tokens=int(point["output_tokens"]), n_gpus=int(point["tp"]),
+                weight_dtype=point["weight_format"], kv_dtype=point["kv_dtype"], engine=engine,
+                efficiency=CALIBRATED)
+    return point, parts, case
+
+
+def test_parts_reproduce_the_roofline(points):
+    # a serving TPOT is the mean step of roofline.serving_steps at the capped batch
+    point, parts, case = _first_serving_tpot(points, "vllm")
+    s = roofline.serving_steps(point["model"], point["gpu"], **case)
     assert parts.seconds(CALIBRATED) == pytest.approx(s.tpot_s, rel=1e-9)
     # on SGLang, which prefills before it decodes, a closed-loop run goes in waves
-    sg = points.loc[points[(points["mode"] == "serving") & (points["engine"] == "sglang")
-                           & (points["metric"] == "time_per_output_token_s")].index[0]]
-    sg_parts = calibrate.parts(sg)
-    w = roofline.lockstep_steps(sg["model"], sg["gpu"], batch=sg_parts.batch,
-                                input_tokens=int(sg["input_tokens"]),
-                                output_tokens=int(sg["output_tokens"]), n_gpus=int(sg["tp"]),
-                                weight_dtype=sg["weight_format"], kv_dtype=sg["kv_dtype"],
-                                engine="sglang", efficiency=CALIBRATED)
-    assert sg_parts.seconds(CALIBRATED) == pytest.approx(w.tpot_s, rel=1e-9)
+    point, parts, case = _first_serving_tpot(points, "sglang")
+    w = roofline.lockstep_steps(point["model"], point["gpu"], **case)
+    assert parts.seconds(CALIBRATED) == pytest.approx(w.tpot_s, rel=1e-9)
     # a static batch's latency is one prefill plus its decode steps
     static = points.loc[points[points["metric"] == "batch_latency_s"].index[0]]
     seconds = roofline.generation_time_s(
