@@ -237,3 +237,42 @@ def test_a_last_prompt_chunk_of_one_token_gives_the_first_token(monkeypatch, lis
     # last prompt token, first token at 2 ms, 4 more → 6 ms
     np.testing.assert_allclose(r.ttft_s, [2 * MS, 2 * MS])
     np.testing.assert_allclose(r.e2e_s, [4 * MS, 6 * MS])
+
+
+def test_prefill_first_pauses_the_decodes_for_an_arriving_prompt():
+    # SGLang's policy, 6 ms + 0.06 ms per scheduled token, chunk 1,000: two prompts of 100
+    # arrive at 0 and prefill together (6 + 200 × 0.06 = 18 ms: first tokens at 18 ms); they
+    # decode 2 tokens a step (6.12 ms) at 18 and 24.12 ms; the third prompt, arrived at 30 ms,
+    # is prefilled alone at 30.24 ms (6 + 100 × 0.06 = 12 ms: TTFT 42.24 − 30 = 12.24 ms) while
+    # the two wait; with vLLM's mixed step (102 tokens, 12.12 ms) its TTFT is 12.36 ms
+    kw = dict(step_time=LinearStepTime(6e-3, 6e-5), max_num_batched_tokens=1000)
+    three, arrival = [[100, 10]] * 3, [0, 0, 0.03]
+    sg = run(three, arrival, prefill_first=True, **kw)
+    vllm = run(three, arrival, **kw)
+    assert sg.ttft_s == pytest.approx([18 * MS, 18 * MS, 12.24 * MS])
+    assert vllm.ttft_s[2] == pytest.approx(12.36 * MS)
+    # the first two: 9 intervals = 2 steps of 6.12, the 12 ms prefill, 7 steps of 3 decodes
+    # (6.18 ms): (2 × 6.12 + 12 + 7 × 6.18) / 9
+    assert sg.tpot_s[:2] == pytest.approx([(2 * 6.12 + 12 + 7 * 6.18) / 9 * MS] * 2)
+
+
+def test_prefill_first_runs_a_closed_loop_of_one_length_in_waves():
+    # 8 prompts of 1,000 at once, chunk 2,000: 4 prefill batches of 2 prompts (6 + 2,000 × 0.06
+    # = 126 ms each) before any decode — first tokens at 126, 252, 378 and 504 ms, mean
+    # (4 + 1) / 2 × 126 = 315 ms (roofline.LockstepSteps.ttft_wave_share); then 49 decode steps
+    # of 8 (6.48 ms): the first pair's TPOT carries the 3 batches after its first token
+    kw = dict(step_time=LinearStepTime(6e-3, 6e-5), max_num_batched_tokens=2000)
+    r = run([[1000, 50]] * 8, prefill_first=True, **kw)
+    assert sorted(r.ttft_s) == pytest.approx([126 * MS] * 2 + [252 * MS] * 2 + [378 * MS] * 2
+                                             + [504 * MS] * 2)
+    assert r.ttft_s.mean() == pytest.approx(315 * MS)
+    assert r.tpot_s.max() == pytest.approx((3 * 126 + 49 * 6.48) / 49 * MS)
+    assert r.tpot_s.min() == pytest.approx(6.48 * MS)
+
+
+def test_prefill_first_takes_a_chunk_below_max_num_seqs_and_refuses_prefix_caching():
+    # SGLang's chunk bounds prompt tokens alone, so it may be smaller than the running cap
+    r = run([[100, 2]] * 4, prefill_first=True, max_num_seqs=256, max_num_batched_tokens=128)
+    assert r.steps == 4 + 1        # 4 prefill batches of 100 + 28, 72 + 56, … then 1 decode
+    with pytest.raises(ValueError, match="prefill_first"):
+        run([[100, 2]], prefill_first=True, prefix_ids=[[0] * 6])

@@ -45,7 +45,14 @@ short loop); both give the same run. 10,000 chat requests take under a second.
 Prefix caching (``prefix_ids``, vLLM's ``enable_prefix_caching``) runs the same steps one at a
 time over a ``kvlib.engines.prefix.VllmBlockPool`` (``_PrefixEngine``): hits at admission, blocks
 shared between running requests, cached blocks kept free until evicted; checked against vLLM's
-scheduler with prefix caching on, hits included. Not simulated: priority scheduling,
+scheduler with prefix caching on, hits included.
+
+SGLang's policy (``prefill_first``; its scheduler runs "prefill first if possible" with
+``enable_mixed_chunk`` off): a step is a prefill batch of prompt tokens alone — a part-way prompt
+first, then waiting heads that fit, up to ``max_num_batched_tokens`` (its
+``chunked_prefill_size``) — whenever there is one to run, the decodes paused; otherwise every
+running request decodes. The same bookkeeping runs on the table only; prefix caching is not
+combined with it. Not simulated: priority scheduling,
 speculative decoding, KV connectors, ``long_prefill_token_threshold``, a watermark, and
 ``max_model_len`` (a request is assumed to fit it).
 """
@@ -191,7 +198,8 @@ def check_serving_inputs(requests: ArrayLike, arrival_s: ArrayLike
 def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: int,
                      block_size: int = 16, step_time: StepTime, max_num_seqs: int = 256,
                      max_num_batched_tokens: int = 8192,
-                     prefix_ids: Sequence[Sequence[int]] | None = None) -> ServingRun:
+                     prefix_ids: Sequence[Sequence[int]] | None = None,
+                     prefill_first: bool = False) -> ServingRun:
     """Serve ``requests`` ((n, 2) prompt and output tokens) arriving at ``arrival_s`` (seconds,
     non-decreasing) on a pool of ``pool_blocks`` blocks of ``block_size`` tokens, scheduled as vLLM
     v1 does (module docstring). ``step_time(batch)`` → seconds of one step, given a (k, 2) int
@@ -204,14 +212,18 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     ids of its prompt's full blocks (⌊prompt / block_size⌋ ints ≥ 0, equal where two prompts'
     blocks and everything before them are equal: ``kvlib.engines.prefix.prompt_block_ids`` of
     token ids, or ``shared_prefix_ids``); the run's ``cached_tokens`` gives each request's hit.
-    Raises ValueError for a request the pool could never hold.
+    ``prefill_first`` schedules as SGLang does instead (its scheduler runs "prefill first if
+    possible", ``enable_mixed_chunk`` off): whenever a prompt is part-way or the waiting head
+    fits, the step is a prefill batch of prompt tokens alone — ``max_num_batched_tokens`` of them
+    (SGLang's ``chunked_prefill_size``), running decodes paused — otherwise every running request
+    decodes. Raises ValueError for a request the pool could never hold.
     """
     prompt, output, arrival = check_serving_inputs(requests, arrival_s)
     pool = positive_integer("pool_blocks", pool_blocks)
     bs = positive_integer("block_size", block_size)
     max_seqs = positive_integer("max_num_seqs", max_num_seqs)
     budget_max = positive_integer("max_num_batched_tokens", max_num_batched_tokens)
-    if budget_max < max_seqs:
+    if budget_max < max_seqs and not prefill_first:
         raise ValueError(f"max_num_batched_tokens ({budget_max:,}) must be >= max_num_seqs "
                          f"({max_seqs:,}), as vLLM requires")
     if not callable(step_time):
@@ -222,10 +234,15 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
         raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} tokens) needs "
                          f"{int(need[i]):,} blocks of {bs}; the pool has {pool:,}")
     if prefix_ids is not None:
+        if prefill_first:
+            raise ValueError("prefix caching is simulated with vLLM's scheduling only, not with "
+                             "prefill_first (SGLang's)")
         ids = _checked_prefix_ids(prefix_ids, prompt, bs)
         return _PrefixEngine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
                              ids).run()
-    return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max).run()
+    engine = _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max)
+    engine.prefill_first = bool(prefill_first)
+    return engine.run()
 
 
 def _cdiv(x: int, d: int) -> int:
@@ -275,6 +292,7 @@ class _Engine:
         self.rows: list[list[int]] | None = None
         self.last_l: list[float] = []
         self.itl_one_f: list[float] = []
+        self.prefill_first = False    # SGLang's policy (``simulate_serving``)
 
     def _arrive(self) -> None:
         i = self.next_arrival
@@ -297,6 +315,19 @@ class _Engine:
         h = self.waiting[0]
         return _cdiv(int(self.prompt[h]) + self.produced[h], self.bs) <= self.pool - self.held
 
+    def _prefill_first_step(self, k: int) -> int:
+        """One step of SGLang's policy: a prefill batch alone while a prompt is part-way or the
+        waiting head fits (pool and ``max_num_seqs``), else a run of decode steps of every
+        running request."""
+        if self.rows is not None:        # SGLang's steps run on the table only
+            self._to_table()
+        head_fits = bool(self.waiting) and k < self.max_seqs and _cdiv(
+            int(self.prompt[self.waiting[0]]) + self.produced[self.waiting[0]],
+            self.bs) <= self.pool - self.held
+        if head_fits or not self.all_decode:
+            return self._step(prefill_only=True)
+        return self._decode_run()
+
     def _held(self, comp: NDArray[np.int64]) -> int:
         return int(((comp + (self.bs - 1)) // self.bs).sum())
 
@@ -308,10 +339,13 @@ class _Engine:
             if not k and not self.waiting:
                 self.clock = max(self.clock, float(self.arrival[self.next_arrival]))
                 continue
-            if self.rows is None and k < self.list_below:
+            if self.rows is None and k < self.list_below and not self.prefill_first:
                 self._to_lists()
             elif self.rows is not None and k > self.table_above:
                 self._to_table()
+            if self.prefill_first:
+                done += self._prefill_first_step(k)
+                continue
             decode = (self.all_decode and 0 < k <= self.budget
                       and not self._head_admissible(k))
             if self.rows is not None:
@@ -400,15 +434,24 @@ class _Engine:
         self.run_, self.last = run[keep], self.last[keep]
         return len(gone)
 
-    def _step(self) -> int:
-        """One general step: vLLM's running pass, then its waiting pass, then sampling."""
+    def _step(self, prefill_only: bool = False) -> int:
+        """One general step: vLLM's running pass, then its waiting pass, then sampling. With
+        ``prefill_only`` (SGLang's prefill batch) the running requests that decode get no token;
+        under ``prefill_first`` a step with nothing to prefill decodes every running request."""
         bs, budget = self.bs, self.budget
         run = self.run_
         preempted = False
         k = len(run)
+        paused = False
+        if self.prefill_first and not prefill_only:
+            budget = max(budget, k)          # SGLang's decode batch is every running request
         if k:
             comp = run[:, COMP]
             needs = run[:, SEQ] - comp
+            if prefill_only:                 # decodes (a later token, first token had) wait
+                decoding = (needs == 1) & ~np.isnan(self.first[run[:, ID]])
+                paused = bool(decoding.any())
+                needs = np.where(decoding, 0, needs)
             total = int(needs.sum())
             if total <= budget:                             # every request gets what it needs
                 sched = needs
@@ -456,7 +499,7 @@ class _Engine:
                 run = np.concatenate((run, np.array(rows, dtype=np.int64)))
                 self.last = np.concatenate((self.last, adm_last))
                 sched = np.concatenate((sched, adm_sched)).astype(np.int64, copy=False)
-        if left > 0 and not preempted:       # the budget lasted: every request got its tokens
+        if left > 0 and not preempted and not paused:   # every request got its tokens
             on = None
             batch = np.empty((len(run), 2), dtype=np.int64)
             batch[:, 0] = sched
@@ -464,6 +507,8 @@ class _Engine:
         else:
             on = sched > 0
             if not on.any():
+                if prefill_only:             # the prompt preempted itself: decode instead
+                    return self._step()
                 raise RuntimeError("no request could be scheduled (a bug: the pool holds each "
                                    "request alone)")
             batch = np.column_stack((sched[on], run[on, COMP]))
@@ -528,7 +573,10 @@ class _Engine:
         run = self.run_
         comp = run[:, COMP]
         grown = (comp + sched + (bs - 1)) // bs - (comp + (bs - 1)) // bs
-        stop = int(np.count_nonzero(sched))    # past it the budget is spent: the pass stopped
+        # past the last scheduled request the budget is spent: the pass stopped (decodes a
+        # prefill batch pauses are 0 before it)
+        nonzero = np.flatnonzero(sched)
+        stop = int(nonzero[-1]) + 1 if len(nonzero) else 0
         n_run = len(run)
         free = self.pool - self.held
         i = 0

@@ -29,7 +29,7 @@ from ..deployment import deployment as as_deployment
 from ..engines.capacity import NoKVMemory
 from ..engines.pools import engine_start
 from ..engines.scheduler import ServingRun, simulate_serving
-from ..speed.roofline import StepTimer
+from ..speed.roofline import PREFILL_FIRST_ENGINES, StepTimer
 from .cost import cost_per_million_tokens
 
 
@@ -65,10 +65,10 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     """What ``vllm bench serve`` would measure for ``requests`` ((n, 2) prompt and output tokens)
     on one replica of ``deployment``: open loop at ``request_rate``, closed loop at
     ``concurrency``, or both (requests sent at the rate, at most ``concurrency`` in flight).
-    Latencies run from the moment the client sends a request. A step carries the engine's
-    tokens per step (SGLang's ``chunked_prefill_size`` of prompt tokens beside the decodes:
-    every engine's prompts are scheduled inside decode steps, as vLLM schedules them, though
-    SGLang runs them as batches of their own — ``roofline.PREFILL_FIRST_ENGINES``).
+    Latencies run from the moment the client sends a request. vLLM and TensorRT-LLM put prompt
+    chunks inside decode steps, up to the engine's tokens per step; SGLang
+    (``roofline.PREFILL_FIRST_ENGINES``) runs them first, as batches of up to its
+    ``chunked_prefill_size`` prompt tokens alone (``simulate_serving(prefill_first=True)``).
     ``prefix_ids`` (the ids of each prompt's full blocks,
     ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching."""
     d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)
@@ -94,9 +94,12 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     if pool.num_blocks <= 0:
         raise ValueError(f"{d.model.name} on {d.tp} × {d.gpu.name}: the KV pool is empty "
                          "(the weights and start-up buffers fill the memory)")
+    first = d.engine in PREFILL_FIRST_ENGINES
     run = simulate_serving(reqs, sent, pool_blocks=pool.num_blocks, block_size=pool.block_size,
                            step_time=StepTimer(d), max_num_seqs=seqs,
-                           max_num_batched_tokens=start.step_tokens(seqs), prefix_ids=prefix_ids)
+                           max_num_batched_tokens=(start.max_batched_tokens if first
+                                                   else start.step_tokens(seqs)),
+                           prefix_ids=prefix_ids, prefill_first=first)
     if concurrency is None or concurrency >= len(reqs):
         return run
     return _closed_loop(run, sent, concurrency)
