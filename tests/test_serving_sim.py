@@ -276,3 +276,23 @@ def test_prefill_first_takes_a_chunk_below_max_num_seqs_and_refuses_prefix_cachi
     assert r.steps == 4 + 1        # 4 prefill batches of 100 + 28, 72 + 56, … then 1 decode
     with pytest.raises(ValueError, match="prefill_first"):
         run([[100, 2]], prefill_first=True, prefix_ids=[[0] * 6])
+
+
+def test_reserve_output_admits_only_what_can_finish_and_never_preempts():
+    # TensorRT-LLM's GUARANTEED_NO_EVICT: two requests of 100 + 100 tokens need ⌈199 / 16⌉ = 13
+    # blocks each at the end; a 20-block pool reserves one, so the second waits for the first
+    # (1 ms steps: prefill at 1 ms, 99 decodes, done at 100 ms; the second's prefill ends at
+    # 101 ms, TTFT 101 ms, E2E 200 ms). vLLM admits both on their prompts' 7 blocks each and
+    # preempts the second when 2 × 11 blocks no longer fit.
+    two = [[100, 100]] * 2
+    vllm = run(two, pool_blocks=20)
+    trt = run(two, pool_blocks=20, reserve_output=True)
+    assert vllm.preemptions == 1 and vllm.ttft_s == pytest.approx([1 * MS, 1 * MS])
+    assert trt.preemptions == 0 and trt.steps == 200
+    assert trt.ttft_s == pytest.approx([1 * MS, 101 * MS])
+    assert trt.e2e_s == pytest.approx([100 * MS, 200 * MS])
+    # the same on the numpy table (above TABLE_ABOVE = 48 running requests): 50 reserved, 10 wait
+    many = [[100, 100]] * 60
+    table = run(many, pool_blocks=13 * 50, reserve_output=True)
+    assert table.preemptions == 0 and np.isfinite(table.e2e_s).all()
+    assert (np.sort(table.ttft_s)[:50] < 2 * MS).all() and (np.sort(table.ttft_s)[50:] > 99 * MS).all()

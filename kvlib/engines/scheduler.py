@@ -52,7 +52,10 @@ SGLang's policy (``prefill_first``; its scheduler runs "prefill first if possibl
 first, then waiting heads that fit, up to ``max_num_batched_tokens`` (its
 ``chunked_prefill_size``) — whenever there is one to run, the decodes paused; otherwise every
 running request decodes. The same bookkeeping runs on the table only; prefix caching is not
-combined with it. Not simulated: priority scheduling,
+combined with it. TensorRT-LLM's admission (``reserve_output``, its default
+``GUARANTEED_NO_EVICT``): a waiting request is admitted only when the blocks its whole prompt +
+output will hold fit beside the running requests' same reservations, so nothing is preempted
+(its prompts are still chunked as vLLM chunks them). Not simulated: priority scheduling,
 speculative decoding, KV connectors, ``long_prefill_token_threshold``, a watermark, and
 ``max_model_len`` (a request is assumed to fit it).
 """
@@ -199,7 +202,7 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
                      block_size: int = 16, step_time: StepTime, max_num_seqs: int = 256,
                      max_num_batched_tokens: int = 8192,
                      prefix_ids: Sequence[Sequence[int]] | None = None,
-                     prefill_first: bool = False) -> ServingRun:
+                     prefill_first: bool = False, reserve_output: bool = False) -> ServingRun:
     """Serve ``requests`` ((n, 2) prompt and output tokens) arriving at ``arrival_s`` (seconds,
     non-decreasing) on a pool of ``pool_blocks`` blocks of ``block_size`` tokens, scheduled as vLLM
     v1 does (module docstring). ``step_time(batch)`` → seconds of one step, given a (k, 2) int
@@ -216,7 +219,10 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
     possible", ``enable_mixed_chunk`` off): whenever a prompt is part-way or the waiting head
     fits, the step is a prefill batch of prompt tokens alone — ``max_num_batched_tokens`` of them
     (SGLang's ``chunked_prefill_size``), running decodes paused — otherwise every running request
-    decodes. Raises ValueError for a request the pool could never hold.
+    decodes. ``reserve_output`` admits as TensorRT-LLM's default capacity policy does
+    (``GUARANTEED_NO_EVICT``): a waiting request only when the blocks its whole prompt + output
+    will hold are free of every running request's same reservation, so nothing is ever
+    preempted. Raises ValueError for a request the pool could never hold.
     """
     prompt, output, arrival = check_serving_inputs(requests, arrival_s)
     pool = positive_integer("pool_blocks", pool_blocks)
@@ -234,14 +240,15 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
         raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} tokens) needs "
                          f"{int(need[i]):,} blocks of {bs}; the pool has {pool:,}")
     if prefix_ids is not None:
-        if prefill_first:
+        if prefill_first or reserve_output:
             raise ValueError("prefix caching is simulated with vLLM's scheduling only, not with "
-                             "prefill_first (SGLang's)")
+                             "prefill_first (SGLang's) or reserve_output (TensorRT-LLM's)")
         ids = _checked_prefix_ids(prefix_ids, prompt, bs)
         return _PrefixEngine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
                              ids).run()
     engine = _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max)
     engine.prefill_first = bool(prefill_first)
+    engine.reserve_output = bool(reserve_output)
     return engine.run()
 
 
@@ -293,6 +300,9 @@ class _Engine:
         self.last_l: list[float] = []
         self.itl_one_f: list[float] = []
         self.prefill_first = False    # SGLang's policy (``simulate_serving``)
+        self.reserve_output = False   # TensorRT-LLM's admission (``simulate_serving``)
+        self.full = -(-(prompt + output - 1) // bs)   # blocks each request holds at its end
+        self.reserved = 0             # Σ full of the running requests (``reserve_output``)
 
     def _arrive(self) -> None:
         i = self.next_arrival
@@ -313,6 +323,8 @@ class _Engine:
         if not self.waiting or k >= self.max_seqs or k >= self.budget:
             return False
         h = self.waiting[0]
+        if self.reserve_output and int(self.full[h]) > self.pool - self.reserved:
+            return False
         return _cdiv(int(self.prompt[h]) + self.produced[h], self.bs) <= self.pool - self.held
 
     def _prefill_first_step(self, k: int) -> int:
@@ -430,6 +442,8 @@ class _Engine:
         gone = run[fin]
         self.finish[gone[:, ID]] = self.clock
         self.held -= self._held(gone[:, COMP])
+        if self.reserve_output:
+            self.reserved -= int(self.full[gone[:, ID]].sum())
         keep = ~fin
         self.run_, self.last = run[keep], self.last[keep]
         return len(gone)
@@ -485,6 +499,10 @@ class _Engine:
                 s_h = int(prompt[h]) + p_h
                 if _cdiv(s_h, bs) > free:
                     break
+                if self.reserve_output:
+                    if int(self.full[h]) > self.pool - self.reserved:
+                        break
+                    self.reserved += int(self.full[h])
                 waiting.popleft()
                 s = min(s_h, left)
                 free -= _cdiv(s, bs)
@@ -663,6 +681,8 @@ class _Engine:
             else:
                 self.finish[r[ID]] = self.clock
                 self.held -= (r[COMP] + bs - 1) // bs
+                if self.reserve_output:
+                    self.reserved -= int(self.full[r[ID]])
                 done += 1
         self.rows, self.last_l = keep, last
         return done
@@ -715,6 +735,10 @@ class _Engine:
                 s_h = int(prompt[h]) + p_h
                 if -(-s_h // bs) > free:
                     break
+                if self.reserve_output:
+                    if int(self.full[h]) > self.pool - self.reserved:
+                        break
+                    self.reserved += int(self.full[h])
                 waiting.popleft()
                 s = min(s_h, left)
                 free -= -(-s // bs)

@@ -59,6 +59,13 @@ def arrival_times(n: int, request_rate: float, burstiness: float = 1.0,
     return np.cumsum(gaps) / rate
 
 
+#: Engines that admit a request only when its whole prompt + output fits beside the running
+#: requests' same reservations: TensorRT-LLM (``SchedulerConfig.capacity_scheduler_policy``
+#: defaults to ``GUARANTEED_NO_EVICT``, "only accepts new requests if they can complete without
+#: eviction"; TensorRT-LLM documentation, SchedulerConfig, 1.3.0rc27).
+RESERVING_ENGINES = ("tensorrt-llm",)
+
+
 def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: float | None = None,
                 concurrency: int | None = None, burstiness: float = 1.0, seed: int = 0,
                 prefix_ids: Any = None, **deployment_keywords: Any) -> ServingRun:
@@ -68,8 +75,9 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     Latencies run from the moment the client sends a request. vLLM and TensorRT-LLM put prompt
     chunks inside decode steps, up to the engine's tokens per step; SGLang
     (``roofline.PREFILL_FIRST_ENGINES``) runs them first, as batches of up to its
-    ``chunked_prefill_size`` prompt tokens alone (``simulate_serving(prefill_first=True)``).
-    ``prefix_ids`` (the ids of each prompt's full blocks,
+    ``chunked_prefill_size`` prompt tokens alone (``simulate_serving(prefill_first=True)``);
+    TensorRT-LLM (``RESERVING_ENGINES``) admits a request only when its whole output fits
+    (``reserve_output``). ``prefix_ids`` (the ids of each prompt's full blocks,
     ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching."""
     d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)
                            if deployment_keywords else as_deployment(deployment))
@@ -99,7 +107,8 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
                            step_time=StepTimer(d), max_num_seqs=seqs,
                            max_num_batched_tokens=(start.max_batched_tokens if first
                                                    else start.step_tokens(seqs)),
-                           prefix_ids=prefix_ids, prefill_first=first)
+                           prefix_ids=prefix_ids, prefill_first=first,
+                           reserve_output=d.engine in RESERVING_ENGINES)
     if concurrency is None or concurrency >= len(reqs):
         return run
     return _closed_loop(run, sent, concurrency)
