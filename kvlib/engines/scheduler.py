@@ -246,10 +246,8 @@ def simulate_serving(requests: ArrayLike, arrival_s: ArrayLike, *, pool_blocks: 
         ids = _checked_prefix_ids(prefix_ids, prompt, bs)
         return _PrefixEngine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
                              ids).run()
-    engine = _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max)
-    engine.prefill_first = bool(prefill_first)
-    engine.reserve_output = bool(reserve_output)
-    return engine.run()
+    return _Engine(prompt, output, arrival, pool, bs, step_time, max_seqs, budget_max,
+                   prefill_first=bool(prefill_first), reserve_output=bool(reserve_output)).run()
 
 
 def _cdiv(x: int, d: int) -> int:
@@ -270,7 +268,8 @@ class _Engine:
 
     def __init__(self, prompt: NDArray[np.int64], output: NDArray[np.int64],
                  arrival: NDArray[np.float64], pool: int, bs: int, step_time: StepTime,
-                 max_seqs: int, budget: int) -> None:
+                 max_seqs: int, budget: int, prefill_first: bool = False,
+                 reserve_output: bool = False) -> None:
         self.prompt, self.output, self.arrival = prompt, output, arrival
         self.n = len(prompt)
         self.pool, self.bs, self.max_seqs, self.budget = pool, bs, max_seqs, budget
@@ -299,8 +298,8 @@ class _Engine:
         self.rows: list[list[int]] | None = None
         self.last_l: list[float] = []
         self.itl_one_f: list[float] = []
-        self.prefill_first = False    # SGLang's policy (``simulate_serving``)
-        self.reserve_output = False   # TensorRT-LLM's admission (``simulate_serving``)
+        self.prefill_first = prefill_first      # SGLang's policy (``simulate_serving``)
+        self.reserve_output = reserve_output    # TensorRT-LLM's admission (``simulate_serving``)
         self.full = -(-(prompt + output - 1) // bs)   # blocks each request holds at its end
         self.reserved = 0             # Σ full of the running requests (``reserve_output``)
 
@@ -485,7 +484,8 @@ class _Engine:
             sched = np.zeros(0, dtype=np.int64)
             left = budget
         k0, unfirst0 = len(run), self.unfirst      # before admission
-        if not preempted and left > 0 and self.waiting:
+        decode_only = self.prefill_first and not prefill_only   # SGLang admits in prefill batches
+        if not preempted and left > 0 and self.waiting and not decode_only:
             rows: list[tuple[int, int, int, int]] = []
             adm_sched: list[int] = []
             adm_last: list[float] = []
