@@ -1,11 +1,13 @@
 """kvlib.fit.terms: the candidate term sets, the rule that picks one, the stored table (issue 22)."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from kvlib.fit import calibrate, terms
 from kvlib.model.registry import data_dir
+from kvlib.speed import roofline
 from kvlib.speed.roofline import CALIBRATED
 
 
@@ -23,13 +25,47 @@ def test_the_rule_reads_leave_one_source_out_only():
     close = table.assign(loso_median=[0.30, 0.20, 0.203], constants=[12, 9, 7])
     assert terms.choose_terms(close) == "shared"
     assert terms.choose_terms(close.assign(loso_median=[0.30, 0.20, 0.206])) == "per vendor"
-    # the chosen set's constants, counted: η_w = η_kv and η_F, a step and a request cost per
-    # GPU vendor, five block kinds and the stage cost: 2 + 2 + 5 + 2 + 1
+    # constants, counted: η_w = η_kv and η_F, a step and a request cost per GPU vendor, five
+    # block kinds and the stage cost: 2 + 2 + 5 + 2 + 1 = 12; with a request cost per engine
+    # build (five) instead, 15; one cost every block pays plus one each for latent, recurrent
+    # and MoE blocks instead of five kinds, 2 + 2 + 4 + 2 + 1 = 11
     assert calibrate.TERM_SETS[7].constants == 12 and calibrate.TERM_SETS[8].constants == 15
+    assert calibrate.CHOSEN_TERMS.constants == 11
     with pytest.raises(ValueError, match="no term sets"):
         terms.choose_terms(table.iloc[:0])
     with pytest.raises(ValueError, match="Terms.step"):
         calibrate.Terms("per node", step="node")
+    with pytest.raises(ValueError, match="Terms.blocks"):
+        calibrate.Terms("per layer", blocks="layer")
+
+
+def test_a_common_block_cost_is_paid_by_every_kind():
+    # under "common", softmax-attention and dense-FFN blocks pay the one common cost; latent,
+    # recurrent and MoE blocks pay it plus one of their own
+    paid = calibrate.block_costs("common")
+    assert paid["attention"] == paid["dense_ffn"] == ("block",)
+    assert paid["moe_ffn"] == ("block", "moe_ffn") and paid["mla"] == ("block", "mla")
+    assert calibrate.block_costs("none")["mla"] == () and calibrate.block_costs("kind")["mla"] == ("mla",)
+    # three one-GPU steps with no bytes or FLOPs, step cost s = 100 µs, common cost a = 10 µs,
+    # MoE's own m = 5 µs: 2 attention + 2 dense FFN blocks take s + 4a = 140 µs, 2 attention +
+    # 2 MoE blocks s + 4a + 2m = 150 µs, 4 + 4 dense blocks s + 8a = 180 µs; the fit finds them
+    def step(attention, dense, moe):
+        zero = np.zeros(1)
+        return calibrate.Parts(weight=np.ones(1), weights_s=zero, kv_s=zero, compute_s=zero,
+                               allreduce_s=zero, requests=np.ones(1), engine_key="vllm",
+                               blocks=roofline.Blocks(attention, 0, 0, dense, moe), tp=1,
+                               numerator=0.0, batch=1)
+    points = {"dense": step(2, 2, 0), "moe": step(2, 0, 2), "deep": step(4, 4, 0)}
+    eff = calibrate.fit(points, {"dense": 140e-6, "moe": 150e-6, "deep": 180e-6},
+                        calibrate.Terms("common", step="vendor", blocks="common", tie_kv=True))
+    got = dict(eff.block_s)
+    assert got["attention"] == got["dense_ffn"] == pytest.approx(10e-6, rel=1e-6)
+    assert got["moe_ffn"] == pytest.approx(15e-6, rel=1e-6)
+    assert dict(eff.step_s)["vllm"] == pytest.approx(100e-6, rel=1e-6)
+    # the shipped constants: attention and dense FFN blocks cost the same, the others more
+    block = dict(CALIBRATED.block_s)
+    assert block["attention"] == block["dense_ffn"] > 0
+    assert min(block["mla"], block["recurrent"], block["moe_ffn"]) > block["attention"]
 
 
 def test_the_stored_selection_is_the_candidates_and_picks_the_shipped_terms():

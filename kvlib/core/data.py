@@ -445,7 +445,7 @@ SCHEMAS: dict[str, Schema] = {
     # written by kvlib.fit.terms.write_term_selection from throughput.csv and speed_fresh.csv
     "speed_term_selection.csv": Schema(
         required={"terms": TEXT, "step": choice("engine", "vendor", "shared"),
-                  "blocks": choice("True", "False"), "tie_kv": choice("True", "False"),
+                  "blocks": choice("kind", "common", "none"), "tie_kv": choice("True", "False"),
                   "constants": _POSITIVE_COUNT,
                   "random_split_n": _POSITIVE_COUNT, "random_split_median": _NON_NEGATIVE,
                   "loso_n": _POSITIVE_COUNT, "loso_median": _NON_NEGATIVE,

@@ -437,7 +437,8 @@ class Terms:
 
     step: one step cost per engine build (``roofline.engine_key``: engine, with ``-rocm`` on
     AMD GPUs), ``"vendor"`` (one per GPU vendor) or ``"shared"`` (one for every engine);
-    blocks: one cost per block kind (``BLOCK_KINDS``), else none; tie_kv: the KV reads get the
+    blocks: ``"kind"`` (one cost per block kind, ``BLOCK_KINDS``), ``"common"`` (one cost every
+    block pays, plus one more for each of ``OWN_KERNEL_KINDS``) or ``"none"``; tie_kv: the KV reads get the
     weight reads' share (η_kv = η_w) instead of a share of their own; requests: a cost per
     request a step schedules, ``"engine"`` (one per engine build), ``"vendor"`` (one per GPU
     vendor) or ``""`` (none); stages: a cost per block per doubling of the tensor-parallel
@@ -445,7 +446,7 @@ class Terms:
 
     name: str
     step: str = "engine"
-    blocks: bool = True
+    blocks: str = "kind"
     tie_kv: bool = False
     requests: str = ""
     stages: bool = False
@@ -453,22 +454,44 @@ class Terms:
     def __post_init__(self) -> None:
         if self.step not in STEP_TERMS:
             raise ValueError(f"Terms.step {self.step!r}: one of {', '.join(STEP_TERMS)}")
+        if self.blocks not in BLOCK_TERMS:
+            raise ValueError(f"Terms.blocks {self.blocks!r}: one of {', '.join(BLOCK_TERMS)}")
         if self.requests not in ("", "engine", "vendor"):
             raise ValueError(f"Terms.requests {self.requests!r}: 'engine', 'vendor' or ''")
 
     @property
     def constants(self) -> int:
         """How many constants the fit solves for: the shares (two with η_kv tied to η_w, else
-        three), a step cost per group (``ENGINE_KEYS`` builds, two vendors or one), a cost per
-        block kind, a request cost per group (builds or vendors) and the stage cost."""
+        three), a step cost per group (``ENGINE_KEYS`` builds, two vendors or one), the block
+        costs (``block_costs``), a request cost per group (builds or vendors) and the stage
+        cost."""
         groups = {"engine": len(ENGINE_KEYS), "vendor": 2, "shared": 1, "": 0}
-        return ((2 if self.tie_kv else 3) + groups[self.step]
-                + (len(BLOCK_KINDS) if self.blocks else 0) + groups[self.requests]
-                + int(self.stages))
+        block_names = {c for names in block_costs(self.blocks).values() for c in names}
+        return ((2 if self.tie_kv else 3) + groups[self.step] + len(block_names)
+                + groups[self.requests] + int(self.stages))
 
 
 #: The ways a step cost can be shared out (``Terms.step``).
 STEP_TERMS = ("engine", "vendor", "shared")
+#: The ways blocks can cost time (``Terms.blocks``).
+BLOCK_TERMS = ("kind", "common", "none")
+#: Block kinds that run kernels a softmax-attention or dense-FFN block does not (latent
+#: projections; the recurrent scan; routing, token permutation and grouped expert matmuls):
+#: under ``Terms.blocks == "common"`` each costs the common block cost plus one of its own.
+OWN_KERNEL_KINDS = ("mla", "recurrent", "moe_ffn")
+
+
+def block_costs(how: str) -> dict[str, tuple[str, ...]]:
+    """The fitted block costs a block of each kind pays under ``Terms.blocks`` ``how``, by
+    name: ``"kind"``, its own kind's; ``"common"``, the common one (``"block"``) plus its
+    kind's for ``OWN_KERNEL_KINDS``; ``"none"``, nothing."""
+    if how == "kind":
+        return {k: (k,) for k in BLOCK_KINDS}
+    if how == "common":
+        return {k: ("block",) + ((k,) if k in OWN_KERNEL_KINDS else ()) for k in BLOCK_KINDS}
+    if how == "none":
+        return {k: () for k in BLOCK_KINDS}
+    raise ValueError(f"Terms.blocks {how!r}: one of {', '.join(BLOCK_TERMS)}")
 #: The engine builds a shared or per-vendor step cost is stored for (``roofline.engine_key``):
 #: every engine on NVIDIA GPUs, vLLM and SGLang on AMD ones (TensorRT-LLM runs on NVIDIA only).
 ENGINE_KEYS = ("sglang", "sglang-rocm", "tensorrt-llm", "vllm", "vllm-rocm")
@@ -477,7 +500,7 @@ TERM_SETS = (
     Terms("a step cost per engine build and a cost per block kind"),
     Terms("one step cost for every engine and a cost per block kind", step="shared"),
     Terms("a step cost per GPU vendor and a cost per block kind", step="vendor"),
-    Terms("a step cost per engine build, no block costs", blocks=False),
+    Terms("a step cost per engine build, no block costs", blocks="none"),
     Terms("one step cost for every engine, a cost per block kind, η_kv = η_w", step="shared",
           tie_kv=True),
     Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
@@ -490,11 +513,19 @@ TERM_SETS = (
     Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
           "a cost per request per engine build, η_kv = η_w", step="vendor", tie_kv=True,
           requests="engine", stages=True),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per GPU "
+          "vendor, η_kv = η_w", step="vendor", blocks="common", tie_kv=True, requests="vendor",
+          stages=True),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per engine "
+          "build, η_kv = η_w", step="vendor", blocks="common", tie_kv=True, requests="engine",
+          stages=True),
 )
 #: The term set ``roofline.CALIBRATED`` is fitted with: the candidate of ``TERM_SETS``
 #: ``kvlib.fit.terms.choose_terms`` picks by leave-one-source-out median, a near tie going to
 #: the fewest constants (data/speed_term_selection.csv).
-CHOSEN_TERMS = TERM_SETS[7]
+CHOSEN_TERMS = TERM_SETS[9]
 
 
 def _cost_group(key: str, how: str) -> str:
@@ -509,11 +540,12 @@ def _cost_group(key: str, how: str) -> str:
 
 def _fixed_columns(items: Sequence[Parts], terms: Terms) -> tuple[list[str], np.ndarray]:
     """The design matrix of the fixed costs: one column per step group of ``terms`` (step
-    weight sum); with block costs, one per block kind (step weight sum × blocks of that kind);
-    with request costs, one per request group (Σ step weight × requests); with stage costs,
-    one (step weight sum × blocks × log2 tp)."""
+    weight sum); one per block cost (``block_costs``: step weight sum × the blocks that pay
+    it); with request costs, one per request group (Σ step weight × requests); with stage
+    costs, one (step weight sum × blocks × log2 tp)."""
     steps = sorted({_cost_group(p.engine_key, terms.step) for p in items})
-    kinds = BLOCK_KINDS if terms.blocks else ()
+    paid = block_costs(terms.blocks)
+    kinds = sorted({c for names in paid.values() for c in names})
     requests = sorted({_cost_group(p.engine_key, terms.requests) for p in items}) \
         if terms.requests else []
     names = ([f"step:{e}" for e in steps] + [f"block:{k}" for k in kinds]
@@ -522,8 +554,9 @@ def _fixed_columns(items: Sequence[Parts], terms: Terms) -> tuple[list[str], np.
     for i, p in enumerate(items):
         total = p.weight.sum()
         cols[i, names.index(f"step:{_cost_group(p.engine_key, terms.step)}")] = total
-        for kind in kinds:
-            cols[i, names.index(f"block:{kind}")] = total * getattr(p.blocks, kind)
+        for kind, costs in paid.items():
+            for cost in costs:
+                cols[i, names.index(f"block:{cost}")] += total * getattr(p.blocks, kind)
         if requests:
             cols[i, names.index(f"request:{_cost_group(p.engine_key, terms.requests)}")] = \
                 float((p.weight * p.requests).sum())
@@ -596,7 +629,8 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
     request_s = tuple((k, float(values.get(f"request:{_cost_group(k, terms.requests)}", 0.0)))
                       for k in ENGINE_KEYS) if terms.requests else ()
     return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, step_s=step_s,
-                      block_s=tuple((k, float(values.get(f"block:{k}", 0.0)))
+                      block_s=tuple((k, float(sum(values.get(f"block:{c}", 0.0)
+                                                  for c in block_costs(terms.blocks)[k])))
                                     for k in BLOCK_KINDS),
                       request_s=request_s, stage_s=float(values.get("stage", 0.0)),
                       communication=True, source="kvlib.fit.calibrate.fit")

@@ -21,7 +21,8 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
   kernels gather scattered blocks) and doing matmuls (fitted; ``CALIBRATED`` ties η_kv to η_w);
 * fixed costs: a per-step cost (one per GPU vendor's software stack, stored for each engine
   build on it), a per-block cost by block kind (kernel launches and small ops that do not grow
-  with bytes), a cost per request the step schedules (in ``CALIBRATED`` one per GPU vendor
+  with bytes; in ``CALIBRATED`` one cost every block pays, plus one of their own for the latent,
+  recurrent and MoE blocks, whose kernels the others do not run), a cost per request the step schedules (in ``CALIBRATED`` one per GPU vendor
   too: the scheduler's bookkeeping, sampling and output handling for each request), and under
   tensor parallelism a
   cost per block per doubling of the group (the synchronisation each block's all-reduce and
@@ -156,8 +157,9 @@ DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
 #: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one share
 #: of the bandwidth for weight and KV reads alike, one step cost and one cost per scheduled
-#: request per GPU vendor, one cost per block kind and per doubling of the tensor-parallel
-#: group, the candidate chosen by leave-one-source-out error (see Appendix A,
+#: request per GPU vendor, one cost every block pays (plus one of their own for latent,
+#: recurrent and MoE blocks) and one per block per doubling of the tensor-parallel group, the
+#: candidate chosen by leave-one-source-out error (see Appendix A,
 #: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
 #: checks these values.
 CALIBRATED = Efficiency(
@@ -168,11 +170,11 @@ CALIBRATED = Efficiency(
             ("tensorrt-llm", 0.0e-3),
             ("vllm", 0.0e-3),
             ("vllm-rocm", 1.337e-3)),
-    block_s=(("attention", 0.0e-6),
-             ("mla", 40.7e-6),
-             ("recurrent", 52.4e-6),
-             ("dense_ffn", 18.5e-6),
-             ("moe_ffn", 31.7e-6)),
+    block_s=(("attention", 9.3e-6),
+             ("mla", 50.0e-6),
+             ("recurrent", 59.2e-6),
+             ("dense_ffn", 9.3e-6),
+             ("moe_ffn", 22.4e-6)),
     request_s=(("sglang", 14.1e-6),
                ("sglang-rocm", 74.4e-6),
                ("tensorrt-llm", 14.1e-6),
