@@ -2,6 +2,7 @@
 buy, the page's data) and kvlib.report.calculator (its HTML and the CSV downloads)."""
 from __future__ import annotations
 
+import ast
 import json
 import math
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 import kvlib
 
 from kvlib.model import checkpoints
-from kvlib.report import answer, calculator, cli
+from kvlib.report import answer, calculator, cli, tables
 from kvlib.fit import calibrate
 from kvlib.fit.calibrate import error_band
 from kvlib.serve.prefix_cost import input_cost_per_million
@@ -349,13 +350,23 @@ def test_downloads_carry_their_files():
         calculator.downloads({"../x.csv": ("x", "")})
 
 
-def _glued(notebook: Path, name: str) -> float:
-    """The number a chapter glued under ``name``."""
+def _record(notebook: Path, name: str) -> str:
+    """What a chapter glued under ``name``, as papermill records it (the value's repr)."""
     for cell in nbformat.read(notebook, as_version=4).cells:
         for out in cell.get("outputs", []):
             if out.get("metadata", {}).get("scrapbook", {}).get("name") == name:
-                return float(out["data"]["application/papermill.record/text/plain"])
+                return out["data"]["application/papermill.record/text/plain"]
     raise KeyError(f"{notebook.name} glues no {name!r}")
+
+
+def _glued(notebook: Path, name: str) -> float:
+    """The number a chapter glued under ``name``."""
+    return float(_record(notebook, name))
+
+
+def _glued_text(notebook: Path, name: str) -> str:
+    """The text a chapter glued under ``name``."""
+    return ast.literal_eval(_record(notebook, name))
 
 
 def test_landing_page_and_chapter_four_give_one_answer(executed_book):
@@ -373,9 +384,10 @@ def test_landing_page_and_chapter_four_give_one_answer(executed_book):
         assert _glued(ch4, name) == pytest.approx(row["output_cost"] * price, rel=1e-12), name
     assert _glued(ch4, "c4_best_batch") == _glued(ch4, "c4_case_batch") == row["batch"] == 53
     landing = executed_book / "00_answer.ipynb"
-    assert _glued(landing, "a_cost") == pytest.approx(
-        row["output_cost"] * _glued(landing, "a_price"), rel=1e-12)
-    assert _glued(landing, "a_tps") == pytest.approx(_glued(ch4, "c4_case_tps"), rel=1e-12)
+    # the landing page writes these as its calculator does (three significant digits)
+    assert _glued_text(landing, "a_cost") == tables.sig3(
+        row["output_cost"] * _glued(landing, "a_price"))
+    assert _glued_text(landing, "a_tps") == tables.sig3(_glued(ch4, "c4_case_tps"))
 
 
 def test_the_prefix_line_uses_chapter_sevens_example_hit_rate():

@@ -75,8 +75,8 @@ _ARGV = st.one_of(
 ).map(lambda parts: [*parts[0], *parts[1], *parts[2]])
 
 
-#: JSON keys that hold a size, a speed or a price: never negative (``available_kv_bytes``, what
-#: the weights leave, may be: it says why a model does not fit).
+#: JSON keys that hold a size, a speed or a price: never negative (``available_kv_bytes`` is 0
+#: where the weights leave nothing, ``kv_shortfall_bytes`` how far short they fall).
 _NON_NEGATIVE = ("bytes", "tokens", "per_s", "dollars", "batch", "concurrency", "_range")
 
 
@@ -87,7 +87,7 @@ def _no_negative(data: object, argv: list[str], key: str = "") -> None:
     elif isinstance(data, list):
         for v in data:
             _no_negative(v, argv, key)
-    elif isinstance(data, (int, float)) and not isinstance(data, bool) and key != "available_kv_bytes" \
+    elif isinstance(data, (int, float)) and not isinstance(data, bool) \
             and key not in ("low", "high") and any(part in key for part in _NON_NEGATIVE):
         assert data >= 0, (argv, key, data)
 

@@ -94,3 +94,12 @@ def test_bad_arguments():
         SWA.tokens_held(-1)
     with pytest.raises(ValueError, match="no KV format has that name"):
         MAMBA.bytes_per_token("fp7")
+
+
+def test_a_format_answers_to_its_first_word_when_no_dtype_has_it():
+    # "nvfp4" names one format and no dtype; "fp8" and "int8" stay the plain dtypes, and a word
+    # no format starts with stays unknown
+    assert formats.kv_format("nvfp4") is formats.FORMATS["nvfp4 (block of 16, fp8 scale)"]
+    assert formats.kv_format("fp8").name == "fp8" and formats.kv_format("int8").name == "int8"
+    with pytest.raises(ValueError, match="unknown dtype 'nvfp'"):
+        formats.kv_format("nvfp")

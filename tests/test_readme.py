@@ -53,8 +53,9 @@ def test_the_command_line_examples():
     outputs = {line.split("#")[0].strip(): _kvlib(line) for line in lines}
     # 2 × 32 × 8 × 128 × 1 byte = 65,536 B per token in fp8; × 131,072 tokens = 8 GiB
     assert "65,536 bytes = 64.00 KiB" in outputs["kvlib kv llama-3.1-8b --tokens 131072 --dtype fp8"]
-    # 2 × H100: ~65.7 GiB of weights per GPU + overheads exceed the 71.3 GiB budget
-    assert "does not fit" in outputs["kvlib fit llama-3.1-70b h100-sxm --tp 2 --context 8192"]
+    # 2 × H100 with FP8 weights: 208,176 tokens of pool ÷ 8,192 = 25.41 requests, 25 whole
+    seventy = outputs["kvlib fit llama-3.1-70b h100-sxm --tp 2 --weight-dtype fp8 --context 8192"]
+    assert "does not fit" not in seventy and "25.41 (25 whole requests)" in seventy
     assert "(vLLM 0.19.0, memory fraction 0.9)" in outputs[
         "kvlib fit llama-3.1-8b a100-80gb --engine-version 0.19.0"]
     # $2.90 ÷ (1,000 tok/s × 3,600 s) × 10⁶ = $0.81

@@ -161,3 +161,14 @@ def test_table_sorts_and_filters_in_a_browser(tmp_path):
         assert first_column() == ["d"]
         browser.close()
     assert not errors
+
+
+def test_sig3_writes_figures_as_the_calculator_does():
+    # the examples of sig3 in book/_static/kvlib-calculator.js: three significant digits,
+    # trailing zeros kept, whole numbers with separators from 999.5 up
+    assert [tables.sig3(x) for x in (1214.3, 23.66, 0.6667, 0.019, 0.2449, 0.03449)] == [
+        "1,214", "23.7", "0.667", "0.0190", "0.245", "0.0345"]
+    assert tables.sig3(999.4) == "999" and tables.sig3(999.6) == "1,000"
+    assert tables.sig3(0) == "0" and tables.sig3(-0.5) == "-0.500"
+    with pytest.raises(ValueError, match="finite"):
+        tables.sig3(float("nan"))

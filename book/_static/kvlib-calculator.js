@@ -199,7 +199,13 @@
     function showLaunch(head, command, cls) {
       var box = el("div", { "class": "kc-launch" });
       box.appendChild(sentence("kc-launch-head", head));
-      box.appendChild(el("pre", { "class": cls || "kc-launch-command" }, command));
+      // the command breaks between words only: a phone must not split "--kv-cache-dtype"
+      var pre = el("pre", { "class": cls || "kc-launch-command" });
+      command.split(" ").forEach(function (word, i) {
+        if (i) { pre.appendChild(document.createTextNode(" ")); }
+        pre.appendChild(el("span", { "class": "kc-flag" }, word));
+      });
+      box.appendChild(pre);
       card.appendChild(box);
     }
 
@@ -421,7 +427,8 @@
       p.appendChild(document.createTextNode("): " + sig3(c[1]) + " tokens/s per user against " +
         sig3(c[2]) + " without, " + money(c[4] * price) + " per 1M output tokens against " +
         money(c[5] * price) + " (\u00d7" + c[3].toFixed(2) + "; decode steps only, " +
-        plural(c[0], "request") + " decoded together). The draft's weights and KV leave the " +
+        plural(c[0], "request") + " decoded together, where the tiles above count prompts " +
+        "too). The draft's weights and KV leave the " +
         "pool " + count(c[6]) + " tokens instead of " + count(c[7]) + "." +
         (err && err.n ? " Read it as an upper bound: against " + plural(err.n, "measured " +
           "speed-up") + " at batch 1, the model's ran a median " + Math.round(err.median * 100) +
@@ -499,7 +506,7 @@
         return { n: o[N], x: o[cols.per_user_tokens_per_s], y: o[cols.output_cost] * price };
       });
       if (pts.length < 2) { return; }
-      var W = 320, H = 150, L = 52, B = 30, ns = "http://www.w3.org/2000/svg";
+      var W = 320, H = 160, L = 52, B = 30, T = 24, ns = "http://www.w3.org/2000/svg";
       var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
       // each axis spans its points, padded by a tenth of their range (or of the value)
       function span(v) {
@@ -507,7 +514,8 @@
         var pad = (hi - lo) * 0.1 || lo * 0.1 || 1;
         return [lo, hi, lo - pad, hi + pad];
       }
-      var sx = span(xs), sy = span(ys), x0 = sx[2], x1 = sx[3], y0 = sy[2], y1 = sy[3];
+      // the price axis starts at zero, so a few percent between GPU counts look a few percent
+      var sx = span(xs), sy = span(ys), x0 = sx[2], x1 = sx[3], y0 = 0, y1 = sy[1] * 1.1;
       var fig = el("figure", { "class": "kc-frontier" });
       var svg = document.createElementNS(ns, "svg");
       svg.setAttribute("viewBox", "0 0 " + W + " " + H);
@@ -521,13 +529,14 @@
         return n;
       }
       function px(x) { return L + (x - x0) / (x1 - x0) * (W - L - 45); }
-      function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - B - 10); }
+      function py(y) { return H - B - (y - y0) / (y1 - y0) * (H - B - T); }
       node("line", { x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "currentColor" });
-      node("line", { x1: L, y1: 10, x2: L, y2: H - B, stroke: "currentColor" });
+      node("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "currentColor" });
       node("text", { x: (L + W) / 2, y: H - 4, "text-anchor": "middle", "font-size": "10" },
            "tokens/s per user");
-      node("text", { x: 4, y: 8, "font-size": "10" }, "$ per 1M output tokens");
-      [sy[0], sy[1]].forEach(function (y) {
+      node("text", { x: 4, y: 10, "font-size": "10" }, "$ per 1M output tokens");
+      // zero, the dearest, and the cheapest where its label clears the dearest's
+      (sy[1] - sy[0] > 0.15 * sy[1] ? [0, sy[0], sy[1]] : [0, sy[1]]).forEach(function (y) {
         node("text", { x: L - 4, y: py(y) + 3, "text-anchor": "end", "font-size": "9" }, money(y));
       });
       [sx[0], sx[1]].forEach(function (x) {

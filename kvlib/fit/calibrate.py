@@ -436,7 +436,7 @@ class Terms:
     """Which fixed costs and shares the fit solves for: a term set, named in words.
 
     step: one step cost per engine build (``roofline.engine_key``: engine, with ``-rocm`` on
-    AMD GPUs), ``"vendor"`` (one per GPU vendor) or ``"shared"`` (one for every engine);
+    AMD GPUs), ``"vendor"`` (one per GPU vendor) or ``"shared"`` (one shared by all engines);
     blocks: ``"kind"`` (one cost per block kind, ``BLOCK_KINDS``), ``"common"`` (one cost every
     block pays, plus one more for each of ``OWN_KERNEL_KINDS``) or ``"none"``; tie_kv: the KV reads get the
     weight reads' share (η_kv = η_w) instead of a share of their own; requests: a cost per
@@ -498,10 +498,10 @@ ENGINE_KEYS = ("sglang", "sglang-rocm", "tensorrt-llm", "vllm", "vllm-rocm")
 #: The candidate term sets ``kvlib.fit.terms`` compares by leave-one-source-out error.
 TERM_SETS = (
     Terms("a step cost per engine build and a cost per block kind"),
-    Terms("one step cost for every engine and a cost per block kind", step="shared"),
+    Terms("one step cost shared by all engines and a cost per block kind", step="shared"),
     Terms("a step cost per GPU vendor and a cost per block kind", step="vendor"),
     Terms("a step cost per engine build, no block costs", blocks="none"),
-    Terms("one step cost for every engine, a cost per block kind, η_kv = η_w", step="shared",
+    Terms("one step cost shared by all engines, a cost per block kind, η_kv = η_w", step="shared",
           tie_kv=True),
     Terms("a step cost per GPU vendor, a cost per block kind and per doubling of the TP group, "
           "a cost per request per GPU vendor", step="vendor", requests="vendor", stages=True),

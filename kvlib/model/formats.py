@@ -121,14 +121,18 @@ _PLAIN = {dtype: plain(dtype) for dtype in DTYPE_BITS}
 
 
 def kv_format(name: str | KVFormat) -> KVFormat:
-    """A format from :data:`FORMATS` by name, or a plain dtype name such as ``"fp16"``;
-    ValueError for anything else."""
+    """A format from :data:`FORMATS` by name, or a plain dtype name such as ``"fp16"``, or the
+    first word of exactly one format's name that is not a dtype (``"nvfp4"``); ValueError for
+    anything else."""
     if isinstance(name, KVFormat):
         return name
     if isinstance(name, str) and name in FORMATS:
         return FORMATS[name]
     if isinstance(name, str) and name in _PLAIN:
         return _PLAIN[name]
+    short = [f for key, f in FORMATS.items() if isinstance(name, str) and key.split()[0] == name]
+    if len(short) == 1:
+        return short[0]
     raise ValueError(f"unknown dtype {name!r}, and no KV format has that name; known dtypes: "
                      f"{', '.join(DTYPE_BITS)}; known formats: {', '.join(map(repr, FORMATS))}")
 

@@ -47,6 +47,41 @@ class _UsageError(Exception):
     pass
 
 
+def _integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number ≥ ``minimum`` (argparse names the flag in the error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be ≥ {minimum}, got {value}")
+        return value
+    return parse
+
+
+def _real(within: Callable[[float], bool], words: str) -> Callable[[str], float]:
+    """An argparse type: a finite number for which ``within`` holds, ``words`` saying where
+    (argparse names the flag in the error)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(value) and within(value)):
+            raise argparse.ArgumentTypeError(f"must be a number {words}, got {text}")
+        return value
+    return parse
+
+
+_POSITIVE = _real(lambda v: v > 0, "> 0")
+
+
+def _plural(count: str, noun: str) -> str:
+    """``count`` as printed and ``noun``, plural unless the count is 1."""
+    return f"{count} {noun}{'' if count == '1' else 's'}"
+
+
 def _version() -> str:
     try:
         return metadata.version("kvlib")
@@ -111,27 +146,51 @@ def _kv(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         ("kv per token", f"{per_token:,} bytes = {_fixed(per_token, KIB, 2)} KiB "
                          f"({args.dtype}, per GPU at tp={args.tp})"),
         (f"kv for {args.tokens:,} tokens", f"{total:,} bytes = {_fixed(total, GIB, 3)} GiB"),
+        *_window_rows(m, per_token, total, args.tokens),
     ])
     return data, text
+
+
+def _window_rows(m: Any, per_token: int, total: int, tokens: int) -> list[tuple[str, str]]:
+    """Why a sequence holds less than per-token × tokens: its windowed layers keep only their
+    last window of tokens (none when it holds exactly that)."""
+    windows = [(n, layer.window) for layer, n in m.distinct_layers
+               if getattr(layer, "window", None) and layer.window < tokens]
+    if total >= per_token * tokens or not windows:
+        return []
+    kept = "; ".join(f"{n} layers keep only their last {w:,} tokens" for n, w in windows)
+    return [("windows", f"{kept}, so {tokens:,} tokens hold {total / tokens:,.0f} bytes a "
+                        f"token, not {per_token:,}")]
 
 
 def _deployment(args: argparse.Namespace):
     """The ``Deployment`` a ``fit`` or ``cost`` command describes: its model, GPU, degree,
     formats, utilization, context (``max_model_len``) and engine limits."""
-    from ..core.checks import positive_integer
-    from ..deployment import Deployment
+    from ..deployment import ENGINE_NAMES, Deployment
 
     model = _load(args.model)
     if not _is_file(Path(args.model)) and Path(args.model).suffix != ".json":
         model = args.model  # a registry slug: the deployment knows its checkpoints
     parallel = {k: getattr(args, k, None) or 1 for k in ("pp", "dp", "ep")}
-    return Deployment(model, args.gpu, tp=args.tp, **parallel, weights=args.weight_dtype,
-                      kv=args.kv_dtype, engine=args.engine, gpu_memory_utilization=args.util,
-                      engine_version=_engine_version(args),
-                      max_model_len=positive_integer("context_tokens", args.context),
-                      max_num_seqs=args.max_num_seqs,
-                      max_num_batched_tokens=args.max_num_batched_tokens,
-                      allow_long_max_model_len=getattr(args, "allow_long_context", False))
+    if args.engine != "vllm" and set(parallel.values()) != {1}:
+        given = ", ".join(f"--{k} {v}" for k, v in parallel.items() if v != 1)
+        raise ValueError(f"{given}: kvlib models the {ENGINE_NAMES[args.engine]} pool as one "
+                         "tensor-parallel group only; pipeline, data-parallel and "
+                         "expert-parallel layouts are modelled for --engine vllm")
+    d = Deployment(model, args.gpu, tp=args.tp, **parallel, weights=args.weight_dtype,
+                   kv=args.kv_dtype, engine=args.engine, gpu_memory_utilization=args.util,
+                   engine_version=_engine_version(args),
+                   max_model_len=args.context,
+                   max_num_seqs=args.max_num_seqs,
+                   max_num_batched_tokens=args.max_num_batched_tokens,
+                   allow_long_max_model_len=getattr(args, "allow_long_context", False))
+    limits = d.resolved()
+    if d.engine == "vllm" and limits.max_num_batched_tokens < limits.max_num_seqs:
+        # no figures for a server that does not start (vllm/config/scheduler.py)
+        raise ValueError(f"--max-num-batched-tokens {limits.max_num_batched_tokens:,} is below "
+                         f"--max-num-seqs {limits.max_num_seqs:,}: vLLM refuses to start; give "
+                         f"--max-num-seqs {limits.max_num_batched_tokens} or less")
+    return d
 
 
 def _engine_version(args: argparse.Namespace) -> str | None:
@@ -228,20 +287,24 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             "engine_version": _engine_release(d), "gpu_memory_utilization": fraction, "weight_dtype": args.weight_dtype,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
             "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
-            "available_kv_bytes": pool.available_kv_bytes, "fits": conc >= 1}
+            # the engine's memory left for the KV cache, or how far below zero it falls where
+            # the engine would not start: neither is negative
+            "available_kv_bytes": max(pool.available_kv_bytes, 0),
+            "kv_shortfall_bytes": max(-pool.available_kv_bytes, 0), "fits": conc >= 1}
     rows = [
         ("model / gpu", f"{m.name} on {d.gpus} × {args.gpu} ({engine}, "
                         f"memory fraction {fraction:g})"),
         ("kv pool per GPU", f"{pool.kv_bytes_per_gpu:,} bytes = "
                             f"{_fixed(pool.kv_bytes_per_gpu, GIB, 2)} GiB"),
         ("kv tokens", f"{pool.tokens:,}"),
-        (f"requests of {args.context:,} tokens", f"{conc:,.2f}"),
+        (f"requests of {args.context:,} tokens",
+         f"{conc:,.2f} ({_plural(f'{math.floor(conc):,}', 'whole request')})"),
     ]
     if conc < 1:
-        available = pool.available_kv_bytes
-        shown = ("-" if available < 0 else "") + _fixed(abs(available), GIB, 2)
+        # the memory left is ≤ 0 only where the engine refuses to start (every engine's pool)
         why = (f"no memory left for the KV cache: {refused.terms}" if refused is not None
-               else f"weights and start-up overheads leave {shown} GiB per GPU for the KV cache")
+               else f"weights and start-up overheads leave "
+                    f"{_fixed(pool.available_kv_bytes, GIB, 2)} GiB per GPU for the KV cache")
         rows.append(("does not fit", f"{why}; try a larger --tp or smaller --weight-dtype"))
         data["does_not_fit"] = why
     elif _parallel(d):
@@ -259,7 +322,7 @@ def _serving(deployment: Any, args: argparse.Namespace):
     """The serving pipeline for the command's deployment and request lengths."""
     from ..serve.serving import serving_point
 
-    if args.output_tokens is None:  # the default; an explicit 0 is refused below, not replaced
+    if args.output_tokens is None:  # the default (an explicit 0 is refused by its type)
         output = min(1024, args.context // 2)
         if output < 1:
             raise ValueError(f"--context {args.context} leaves no room for a prompt and an "
@@ -297,8 +360,36 @@ def _speed_rows(point: Any) -> list[tuple[str, str]]:
         ("speed", f"{point.tokens_per_s:,.0f} tok/s in all, {point.per_user_tokens_per_s:,.1f} "
                   f"tok/s per user, first token after {point.ttft_s:,.2f} s"),
         ("model error", f"{band.words}; 80% within {band.low:+.0%} … {band.high:+.0%} → "
-                        f"{lo:,.0f}–{hi:,.0f} tok/s"),
+                        f"{lo:,.0f}–{hi:,.0f} tok/s" + _band_side_words(band.low, band.high)),
+        *_node_rows(point.n_gpus),
     ]
+
+
+def _node_rows(tp: int) -> list[tuple[str, str]]:
+    """A note where one tensor-parallel group spans more than one node."""
+    from .answer import TWO_NODES
+
+    node = TWO_NODES[0]
+    if tp <= node:
+        return []
+    split = (f"; --tp {node} --pp {tp // node} keeps them inside each node" if tp % node == 0
+             else "")
+    return [("across nodes", f"--tp {tp} spans more than one {node}-GPU node: kvlib times its "
+                             "all-reduces with one node's GPU-to-GPU links, which flatters it"
+                             + split)]
+
+
+def _band_side_words(low: float, high: float) -> str:
+    """Why the figure may sit outside its own band: nine in ten measured cases like it ran
+    slower (or faster) than modelled (``answer.band_side``)."""
+    from .answer import band_side
+
+    side = band_side(low, high)
+    if not side:
+        return ""
+    way = "slower" if side == "optimistic" else "faster"
+    return (f" ({side}: nine in ten measurements like this ran {way} than modelled, so the "
+            "figure lies outside its range)")
 
 
 def _parallel(d: Any) -> bool:
@@ -331,6 +422,7 @@ def _parallel_rows(d: Any, pool: Any, args: argparse.Namespace,
 
     step = _parallel_pass(d, pool, args)
     everyone = pool.deployment_concurrency(args.context)
+    whole = d.dp * math.floor(pool.max_concurrency(args.context))  # each rank holds its own
     data.update(pp=d.pp, dp=d.dp, ep=d.ep, gpus=d.gpus, n_gpus=d.gpus,
                 weights_bytes_per_gpu=pool.weights_bytes_per_gpu,
                 max_concurrency_per_rank=data["max_concurrency"], max_concurrency=everyone,
@@ -345,9 +437,11 @@ def _parallel_rows(d: Any, pool: Any, args: argparse.Namespace,
                    + (f" (figures of pipeline stage {pool.stage + 1}, the one with the fewest "
                       "blocks)" if d.pp > 1 else "")),
         ("weights per GPU", f"{_fixed(pool.weights_bytes_per_gpu, GIB, 2)} GiB"),
-        ("requests in all", f"{everyone:,.2f} ({d.dp} data-parallel rank"
-                            f"{'s' if d.dp > 1 else ''}, each with its own pool and requests)"),
-        ("decode pass", f"{step.batch} requests per rank: {step.tpot_s * 1e3:,.1f} ms per token "
+        ("requests in all", f"{everyone:,.2f} ({_plural(f'{whole:,}', 'whole request')}; "
+                            + (f"{d.dp} data-parallel ranks, each with its own pool and requests)"
+                               if d.dp > 1 else "one data-parallel rank)")),
+        ("decode pass", f"{_plural(str(step.batch), 'request')} per rank: "
+                        f"{step.tpot_s * 1e3:,.1f} ms per token "
                         f"(expert exchange {step.exchange_s * 1e3:,.2f} ms, stage sends "
                         f"{step.send_s * 1e3:,.3f} ms, bubble {step.bubble_share:.0%}), "
                         f"{step.tokens_per_s:,.0f} tok/s in all (decode only)"),
@@ -371,8 +465,9 @@ def _parallel_cost(d: Any, args: argparse.Namespace) -> tuple[dict[str, Any], st
             "dollars_per_million_tokens": dollars}
     rows = [("model / gpu", f"{d.model.name} on {d.gpus} × {args.gpu} (tp {d.tp} × pp {d.pp} × "
                             f"dp {d.dp}) at ${args.price:,.2f} per GPU-hour"),
-            ("decode pass", f"{step.batch} requests per rank, {step.tpot_s * 1e3:,.1f} ms per "
-                            f"token, {step.tokens_per_s:,.0f} tok/s in all"),
+            ("decode pass", f"{_plural(str(step.batch), 'request')} per rank, "
+                            f"{step.tpot_s * 1e3:,.1f} ms per token, "
+                            f"{step.tokens_per_s:,.0f} tok/s in all"),
             ("cost", f"${dollars:,.3f} per 1M output tokens (decode only, no error band for "
                      "these settings)")]
     data["launch_command"], data["launch_notes"] = _launch(d)
@@ -409,7 +504,12 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """$/1M tokens of a model on a GPU: speed from the serving pipeline, with its error band."""
 
     d = _deployment(args)
+    if args.draft_model and not args.speculative:
+        raise _UsageError("--draft-model applies only with --speculative")
     if _parallel(d):
+        if args.speculative:
+            raise ValueError("speculative decoding is modelled for one tensor-parallel group "
+                             "(no --pp, --dp or --ep)")
         return _parallel_cost(d, args)
     m = d.model
     point = _serving(d, args)
@@ -426,17 +526,29 @@ def _cost_of(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
                             f"${args.price:,.2f} per GPU-hour"),
             *_speed_rows(point),
             ("cost", f"${dollars:,.3f} per 1M output tokens (held-out range ${lo:,.3f}–${hi:,.3f})"),
-            ("split by work", f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M "
-                              "output tokens")]
+            ("split by work", _split_words(point, per_input, per_output))]
     if args.speculative:
         d = _speculative(d, args)
         data["speculative"], spec_rows = _speculative_cost(d, point, args.price * args.tp)
         rows += spec_rows
-    elif args.draft_model:
-        raise _UsageError("--draft-model applies only with --speculative")
     data["launch_command"], data["launch_notes"] = _launch(d)
     rows.append(_launch_row(data["launch_command"], data["launch_notes"]))
     return data, _table(rows)
+
+
+def _split_words(point: Any, per_input: float, per_output: float) -> str:
+    """The input and output prices, and how they add up to the cost per output token with the
+    case's own input tokens per output token."""
+    ratio = point.input_tokens / point.output_tokens
+    shown = f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.3g}"  # 7, 7.17, 0.25, 1,280
+    total = ratio * per_input + per_output
+    sum_words = (f"{shown} input tokens per output token ({point.input_tokens:,} ÷ "
+                 f"{point.output_tokens:,}): {shown} × ${per_input:,.3f} + ${per_output:,.3f} = "
+                 f"${total:,.3f}")
+    return (f"${per_input:,.3f} per 1M input tokens + ${per_output:,.3f} per 1M output tokens; "
+            + (f"at {sum_words}, the cost above" if point.prefill_time_share else
+               f"at {sum_words} per 1M output tokens, more than the cost above, which leaves out "
+               "the steps that run each prompt alone (batch 1)"))
 
 
 def _speculative(d: Any, args: argparse.Namespace) -> Any:
@@ -447,6 +559,9 @@ def _speculative(d: Any, args: argparse.Namespace) -> Any:
 
     spec = speculative(args.speculative)
     if args.draft_model:
+        if spec.method not in ("eagle", "eagle3"):
+            raise ValueError(f"--draft-model applies to --speculative eagle or eagle3 (an EAGLE "
+                             f"head's checkpoint), not {spec.method}")
         spec = replace(spec, model=args.draft_model)
     return d.with_(speculative=spec)
 
@@ -469,31 +584,44 @@ def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
             "base_pool_tokens": r.base_pool_tokens,
             "dollars_per_million_tokens": r.dollars_per_million,
             "base_dollars_per_million_tokens": r.base_dollars_per_million}
+    room = (f" (the draft's weights, KV and lookahead slots leave room for {batch} of the "
+            f"{point.batch} requests above)" if batch < point.batch else "")
+    pool = (f"holds {r.pool_tokens:,} tokens instead of {r.base_pool_tokens:,}"
+            if r.pool_tokens != r.base_pool_tokens else f"is unchanged, {r.pool_tokens:,} tokens")
     rows = [("speculative", f"{spec.method}, k = {spec.num_speculative_tokens}: "
-                            f"{spec.tokens_per_step:.2f} tokens per step; at batch {batch}, "
-                            f"{r.tokens_per_s:,.0f} tok/s against {r.base_tokens_per_s:,.0f} "
+                            f"{spec.tokens_per_step:.2f} tokens per step; decode steps alone "
+                            f"(the speed and cost above also count prefill), at batch {batch}"
+                            f"{room}: {r.tokens_per_s:,.0f} tok/s against "
+                            f"{r.base_tokens_per_s:,.0f} without speculation at the same batch "
                             f"({r.speedup:.2f}×), ${r.dollars_per_million:,.3f} per 1M output "
-                            f"tokens against ${r.base_dollars_per_million:,.3f} (decode steps "
-                            "only)"),
+                            f"tokens against ${r.base_dollars_per_million:,.3f}"),
             ("draft KV", f"+{r.extra_kv_bytes_per_token:,} bytes per token per GPU; the pool "
-                         f"holds {r.pool_tokens:,} tokens instead of {r.base_pool_tokens:,}")]
+                         + pool)]
     return data, rows
 
 
 def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Requests/s one replica sustains within a latency target, and what that means."""
+    from ..engines.pools import kv_pool
     from ..engines.workloads import random_lengths
     from ..serve import load
+    from .answer import slo_requests
 
     d = _deployment(_with_defaults(args))
     if _parallel(d):
         raise ValueError("serving under load is modelled for one tensor-parallel group "
                          "(no --pp, --dp or --ep)")
+    if args.ttft is None and args.tpot is None:
+        raise _UsageError("give a target: --ttft, --tpot or both")
     slo = load.SLO(ttft_s=args.ttft, tpot_s=args.tpot, percentile=args.percentile)
-    output = args.output_tokens or min(1024, args.context // 2)
-    if not 0 < output < args.context:
+    output = args.output_tokens
+    if not output < args.context:
         raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
-    requests = random_lengths(args.requests, args.context - output, output, args.range_ratio,
+    n = args.requests
+    if n is None:  # as the landing page: enough requests for a queue to settle
+        held = kv_pool(d).max_concurrency(args.context)
+        n = slo_requests(max(1, min(math.floor(held), d.resolved().max_num_seqs)))
+    requests = random_lengths(n, args.context - output, output, args.range_ratio,
                               seed=args.seed)
     cap = load.max_rate_at_slo(d, requests, slo, seed=args.seed)
     data: dict[str, Any] = {
@@ -503,7 +631,7 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "requests_per_s": cap.rate_rps, "saturated_requests_per_s": cap.saturated_rps,
         "concurrent_users": cap.concurrency, "utilization": cap.utilization,
         "ttft_s_at_percentile": cap.ttft_s, "tpot_s_at_percentile": cap.tpot_s,
-        "search_tolerance": cap.tolerance}
+        "search_tolerance": cap.tolerance, "requests_simulated": n}
     rows = [("model / gpu", f"{d.model.name} on {d.n_gpus} × {args.gpu} per replica "
                             f"({_engine_words(d)}"
                             + (", scheduled as vLLM schedules)" if d.engine != "vllm" else ")")),
@@ -511,14 +639,16 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
                                  (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s)) if bound is not None)),
             ("within the target", f"{cap.rate_rps:,.2f} requests/s per replica "
                                   f"(saturated: {cap.saturated_rps:,.2f}), "
-                                  f"{cap.concurrency:,.0f} users in flight, "
-                                  f"{cap.utilization:.0%} of saturated throughput")]
-    if cap.rate_rps > 0 and args.peak_rps:
+                                  f"{_plural(f'{cap.concurrency:,.0f}', 'user')} in flight, "
+                                  f"{cap.utilization:.0%} of saturated throughput"),
+            ("simulated", f"{n:,} requests a run, Poisson arrivals, seeded")]
+    if cap.rate_rps > 0 and args.peak_rps is not None:
         data["replicas"] = cap.replicas_for(args.peak_rps)
         data["gpus"] = cap.gpus_for(args.peak_rps)
-        rows.append((f"for {args.peak_rps:g} requests/s", f"{data['replicas']} replicas, "
-                                                           f"{data['gpus']} GPUs"))
-    if cap.rate_rps > 0 and args.price:
+        rows.append((f"for {args.peak_rps:g} requests/s",
+                     f"{_plural(str(data['replicas']), 'replica')}, "
+                     f"{_plural(str(data['gpus']), 'GPU')}"))
+    if cap.rate_rps > 0 and args.price is not None:
         data["dollars_per_million_output_tokens"] = cap.dollars_per_million_output(args.price)
         data["dollars_per_user_hour"] = cap.dollars_per_user_hour(args.price)
         rows.append(("cost", f"${data['dollars_per_million_output_tokens']:,.3f} per 1M output "
@@ -545,7 +675,7 @@ def _recheck(args: argparse.Namespace) -> tuple[Any, str]:
                      "recomputed": _finite(v.recomputed), "unit": v.unit, "verdict": v.verdict,
                      "reason": v.reason})
     text = "\n".join(f"{r['id']:<5} {r['verdict']:<10} claimed "
-                     f"{'?' if r['claimed'] is None else format(r['claimed'], 'g')} {r['unit']}, "
+                     f"{'?' if r['claimed'] is None else format(r['claimed'], ',.6g')} {r['unit']}, "
                      + ("not recomputed" if r["recomputed"] is None
                         else f"recomputed {r['recomputed']:,.4g}") + f" — {r['reason']}"
                      for r in rows)
@@ -563,7 +693,9 @@ def _models(args: argparse.Namespace) -> tuple[Any, str]:
 
     table = registry_table(args.dtype)[["slug", "attention", "layers", "kv_bytes_per_token"]]
     rows = table.to_dict(orient="records")
-    text = "\n".join(f"{r['slug']:<28} {r['attention']:<14} {r['layers']:>4} layers  "
+    slug = max(len(r["slug"]) for r in rows)  # the longest name sets the column
+    kind = max(len(r["attention"]) for r in rows)
+    text = "\n".join(f"{r['slug']:<{slug}} {r['attention']:<{kind}} {r['layers']:>4} layers  "
                      f"{r['kv_bytes_per_token'] / 1024:>9,.2f} KiB/token" for r in rows)
     return rows, text
 
@@ -579,27 +711,27 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-version", default=None,
                    help="the vLLM release whose start-up memory rules size the pool, e.g. "
                         "0.19.0 (default: the pinned release, data/vllm_memory_rules.csv)")
-    p.add_argument("--util", type=float, default=None,
+    p.add_argument("--util", type=_real(lambda v: 0 < v <= 1, "in (0, 1]"), default=None,
                    help="the engine's memory fraction: vLLM's --gpu-memory-utilization (default "
                         "0.9, the book's; the release's own with --engine-version), SGLang's --mem-fraction-static (default: SGLang's "
                         "rule), TensorRT-LLM's free_gpu_memory_fraction (default 0.9)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--pp", type=int, default=None,
+    p.add_argument("--tp", type=_integer(1), default=None, help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--pp", type=_integer(1), default=None,
                    help="pipeline stages, vLLM's --pipeline-parallel-size (default 1)")
-    p.add_argument("--dp", type=int, default=None,
+    p.add_argument("--dp", type=_integer(1), default=None,
                    help="data-parallel ranks, vLLM's --data-parallel-size (default 1)")
-    p.add_argument("--ep", type=int, default=None,
+    p.add_argument("--ep", type=_integer(1), default=None,
                    help="expert-parallel GPUs of a MoE: 1 or tp × dp, vLLM's "
                         "--enable-expert-parallel (default 1)")
     p.add_argument("--weight-dtype", default=None,
                    help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
                         "as experts=mxfp4 (default bf16)")
     p.add_argument("--kv-dtype", default=None, help="KV dtype (default bf16)")
-    p.add_argument("--max-num-seqs", type=int, default=None,
+    p.add_argument("--max-num-seqs", type=_integer(1), default=None,
                    help="most requests decoded together: vLLM's --max-num-seqs (default: vLLM's "
                         "for the GPU), SGLang's --max-running-requests, TensorRT-LLM's "
                         "max_batch_size (default: each engine's)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+    p.add_argument("--max-num-batched-tokens", type=_integer(1), default=None,
                    help="token budget of one step: vLLM's --max-num-batched-tokens (default "
                         "8192), SGLang's --chunked-prefill-size (default: SGLang's for the GPU), "
                         "TensorRT-LLM's max_num_tokens (default 8192)")
@@ -620,32 +752,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("kv", _kv, "KV bytes per token and for one sequence")
     p.add_argument("model", help="registry slug or path to a config.json")
-    p.add_argument("--tokens", type=int, default=8192, help="sequence length in tokens (default 8192)")
+    p.add_argument("--tokens", type=_integer(0), default=8192,
+                   help="sequence length in tokens (default 8192)")
     p.add_argument("--dtype", default="bf16", help="KV dtype: fp32, fp16, bf16, fp8, int8, int4, fp4")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (bytes are per GPU)")
+    p.add_argument("--tp", type=_integer(1), default=1,
+                   help="tensor-parallel GPUs (bytes are per GPU)")
 
     p = command("fit", _fit, "the KV pool an engine leaves and how many requests fit")
     p.add_argument("model", help="registry slug or path to a config.json")
     p.add_argument("gpu", help="GPU slug, e.g. h100-sxm (see data/gpus.csv)")
-    p.add_argument("--context", type=int, default=None,
+    p.add_argument("--context", type=_integer(1), default=None,
                    help="tokens per request, vLLM's --max-model-len (default 8192)")
     p.add_argument("--allow-long-context", action="store_true",
                    help="accept a context past the model's maximum, as vLLM does with "
                         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")
     _deployment_flags(p)
-    p.add_argument("--output-tokens", type=int, default=None,
+    p.add_argument("--output-tokens", type=_integer(1), default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
 
     p = command("cost", _cost, "$ per 1M tokens from $/hour and tokens/s, or for a model on a GPU")
     p.add_argument("model", nargs="?", help="registry slug or config.json (instead of --tps)")
     p.add_argument("gpu", nargs="?", help="GPU slug, with a model")
-    p.add_argument("--price", type=float, required=True,
+    p.add_argument("--price", type=_POSITIVE, required=True,
                    help="dollars per hour (with a model: per GPU-hour)")
-    p.add_argument("--tps", type=float, help="tokens per second (instead of a model)")
-    p.add_argument("--context", type=int, default=None, help="tokens per request (default 8192)")
+    p.add_argument("--tps", type=_POSITIVE, help="tokens per second (instead of a model)")
+    p.add_argument("--context", type=_integer(1), default=None,
+                   help="tokens per request (default 8192)")
     p.add_argument("--allow-long-context", action="store_true",
                    help="accept a context past the model's maximum (with a model, as for fit)")
-    p.add_argument("--output-tokens", type=int, default=None,
+    p.add_argument("--output-tokens", type=_integer(1), default=None,
                    help="generated tokens of a request (default min(1024, context ÷ 2))")
     _deployment_flags(p)
     p.add_argument("--speculative", default=None, metavar="METHOD:K:ACCEPTANCE",
@@ -658,20 +793,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("slo", _slo, "requests/s, users and $ within a latency target (simulated load)")
     p.add_argument("model", help="registry slug or config.json")
     p.add_argument("gpu", help="GPU slug, e.g. h100-sxm")
-    p.add_argument("--ttft", type=float, default=None, help="target TTFT at the percentile (s)")
-    p.add_argument("--tpot", type=float, default=None,
+    p.add_argument("--ttft", type=_POSITIVE, default=None, help="target TTFT at the percentile (s)")
+    p.add_argument("--tpot", type=_POSITIVE, default=None,
                    help="target time per output token at the percentile (s; 0.05 = 20 tok/s)")
-    p.add_argument("--percentile", type=float, default=99.0, help="percentile (default 99)")
-    p.add_argument("--context", type=int, default=2300,
+    p.add_argument("--percentile", type=_real(lambda v: 0 < v <= 100, "in (0, 100]"),
+                   default=99.0, help="percentile, above 0 and at most 100 (default 99)")
+    p.add_argument("--context", type=_integer(1), default=2300,
                    help="mean prompt + output tokens of a request (default 2300)")
-    p.add_argument("--output-tokens", type=int, default=300,
+    p.add_argument("--output-tokens", type=_integer(1), default=300,
                    help="mean generated tokens (default 300)")
-    p.add_argument("--range-ratio", type=float, default=0.5,
+    p.add_argument("--range-ratio", type=_real(lambda v: 0 <= v < 1, "in [0, 1)"), default=0.5,
                    help="lengths uniform within ± this share of the means (default 0.5)")
-    p.add_argument("--requests", type=int, default=1000, help="simulated requests (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrivals")
-    p.add_argument("--peak-rps", type=float, default=None, help="peak requests/s to size for")
-    p.add_argument("--price", type=float, default=None, help="dollars per GPU-hour")
+    p.add_argument("--requests", type=_integer(1), default=None,
+                   help="simulated requests (default: 40 × the batch the pool holds, within "
+                        "1,000–4,000, as the book's landing page)")
+    p.add_argument("--seed", type=_integer(0), default=0, help="seed of lengths and arrivals")
+    p.add_argument("--peak-rps", type=_POSITIVE, default=None, help="peak requests/s to size for")
+    p.add_argument("--price", type=_POSITIVE, default=None, help="dollars per GPU-hour")
     _deployment_flags(p)
 
     p = command("recheck", _recheck, "recheck published claims from data/claims/")

@@ -101,6 +101,22 @@ def number_text(value: Any, fmt: Formatter | None = None, decimals: int | None =
     return str(value) or MISSING
 
 
+def sig3(value: float) -> str:
+    """A figure as the landing page's calculator writes it (``sig3`` in
+    book/_static/kvlib-calculator.js), so the prose beside it reads the same: three significant
+    digits with thousands separators, trailing zeros kept, whole numbers from 1,000 up —
+    1,214 · 23.7 · 0.667 · 0.0190."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"not a finite number: {value!r}")
+    if v == 0:
+        return "0"
+    if abs(v) >= 999.5:
+        return f"{round(v):,}"
+    v = float(f"{v:.3g}")
+    return f"{v:,.{max(0, 2 - math.floor(math.log10(abs(v))))}f}"
+
+
 def range_text(low: float, high: float, spec: str = ".1f") -> str:
     """"low–high" formatted with ``spec``, or a single figure when both ends read the same
     (4.66 and 4.74 at ``.1f`` are "4.7", not "4.7–4.7"); the ends in ascending order."""
