@@ -549,7 +549,12 @@
                                  fill: "#4c78a8", "data-n": p.n });
         c.appendChild(document.createElementNS(ns, "title")).textContent =
           p.n + (p.n === 1 ? " GPU: " : " GPUs: ") + sig3(p.x) + " tokens/s per user, " + money(p.y) + " per 1M";
-        node("text", { x: px(p.x) + 6, y: py(p.y) - 4, "font-size": "9" }, p.n + " GPU" + (p.n > 1 ? "s" : ""));
+      });
+      // each point's label carries its price, alternately above and below the line so that
+      // neighbours do not overlap
+      pts.slice().sort(function (a, b) { return a.x - b.x; }).forEach(function (p, i) {
+        node("text", { x: px(p.x), y: py(p.y) + (i % 2 ? 14 : -7), "text-anchor": "middle",
+                       "font-size": "9" }, p.n + " GPU" + (p.n > 1 ? "s" : "") + " " + money(p.y));
       });
       fig.appendChild(svg);
       fig.appendChild(el("figcaption", {}, "Per GPU count of one replica (tensor parallel): " +
