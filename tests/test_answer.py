@@ -666,6 +666,29 @@ def test_calculator_data_carries_the_speculative_cases(grid):
     assert fp8 and all(len(v) == 1 and "published" in data["texts"][v[0]] for v in fp8)
 
 
+def test_bounds_at_capacity_names_the_capped_targets_and_the_loosest_per_bound():
+    """TTFT targets 0.5, 2 and 5 s at 0.57, 1.20 and 1.23 requests/s under a saturated 1.32:
+    none capped, the loosest (5 s) holds to 1.23; speed targets 10, 20, 40 tokens/s at 1.32,
+    1.32 and 1.15: 10 and 20 capped, the loosest (the slowest, 10) holds to 1.32."""
+    case = dict.fromkeys(answer.SLO_CASE_KEYS, "x")
+    rows = pd.DataFrame([{**case, "bound": b, "target": t, "rate_rps": r, "saturated_rps": 1.32}
+                         for b, t, r in (("ttft", 0.5, 0.57), ("ttft", 2.0, 1.20),
+                                         ("ttft", 5.0, 1.23), ("speed", 10.0, 1.32),
+                                         ("speed", 20.0, 1.32), ("speed", 40.0, 1.15))])
+    got = answer.bounds_at_capacity(rows).set_index("bound")
+    assert got.loc["ttft", "capped"] == [] and got.loc["ttft", "n"] == 3
+    assert (got.loc["ttft", "loosest"], got.loc["ttft", "loosest_rate"]) == (5.0, 1.23)
+    assert got.loc["speed", "capped"] == [10.0, 20.0]
+    assert (got.loc["speed", "loosest"], got.loc["speed", "loosest_rate"]) == (10.0, 1.32)
+
+
+def test_slo_runs_hold_forty_batches_within_their_bounds():
+    # 40 × 53 = 2,120; 40 × 10 = 400 → the floor 1,000; 40 × 142 = 5,680 → the cap 4,000
+    assert [answer.slo_requests(b) for b in (53, 10, 142)] == [2120, 1000, 4000]
+    # Llama-3.1-8B on one H100 holds 53 requests of 8,192 tokens (chapter 4)
+    assert answer.slo_requests_for(kvlib.Deployment("llama-3.1-8b", "h100-sxm"), 8192) == 2120
+
+
 def test_targets_at_capacity_counts_targets_met_with_the_queue_full():
     """Three targets of one case: two hold up to the saturated 1.16 requests/s (the search
     returned it), one binds below it at 0.8; rows of two cases are refused."""

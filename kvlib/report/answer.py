@@ -1146,6 +1146,14 @@ def slo_requests(batch: int) -> int:
     return int(min(hi, max(lo, SLO_BATCHES * batch)))
 
 
+def slo_requests_for(deployment: Deployment, tokens: int) -> int:
+    """``slo_requests`` for ``deployment`` serving requests of ``tokens`` tokens (prompt +
+    output): of the batch it runs, the whole requests its KV pool holds up to its running cap
+    (``max_num_seqs``), at least 1."""
+    held = kv_pool(deployment).max_concurrency(int(tokens))
+    return slo_requests(max(1, min(math.floor(held), deployment.resolved().max_num_seqs)))
+
+
 def slo_grid(cases: pd.DataFrame, *, ttfts_s: Sequence[float] = SLO_TTFTS_S,
              speeds: Sequence[float] = SLO_SPEEDS, seed: int = 0) -> pd.DataFrame:
     """For each fitting row of ``cases`` (grid rows), the highest request rate one replica
@@ -1195,6 +1203,23 @@ def targets_at_capacity(case_slo: pd.DataFrame) -> tuple[int, int, float]:
     rate = float(case_slo["saturated_rps"].iloc[0])
     capped = case_slo["rate_rps"] >= rate * (1 - 1e-12)
     return int(capped.sum()), len(case_slo), rate
+
+
+def bounds_at_capacity(case_slo: pd.DataFrame) -> pd.DataFrame:
+    """``targets_at_capacity`` per bound of one case's ``slo_grid`` rows: one row per bound
+    ("ttft", "speed") with n (its targets), capped (the targets that hold up to the saturated
+    rate, in menu order), loosest (the longest TTFT or the slowest speed) and loosest_rate (the
+    requests/s that target holds to)."""
+    _, _, rate = targets_at_capacity(case_slo)
+    rows = []
+    for bound, group in case_slo.groupby("bound", sort=False):
+        group = group.sort_values("target")
+        edge = group.iloc[-1] if bound == "ttft" else group.iloc[0]
+        rows.append({"bound": bound, "n": len(group),
+                     "capped": group.loc[group["rate_rps"] >= rate * (1 - 1e-12),
+                                         "target"].tolist(),
+                     "loosest": float(edge["target"]), "loosest_rate": float(edge["rate_rps"])})
+    return pd.DataFrame(rows)
 
 
 def at_target(slo: pd.DataFrame, *, ttft_s: float, speed: float, peak_rps: float,

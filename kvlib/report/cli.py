@@ -602,10 +602,9 @@ def _speculative_cost(d: Any, point: Any, dollars_per_hour: float
 
 def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Requests/s one replica sustains within a latency target, and what that means."""
-    from ..engines.pools import kv_pool
     from ..engines.workloads import random_lengths
     from ..serve import load
-    from .answer import slo_requests
+    from .answer import slo_requests_for
 
     d = _deployment(_with_defaults(args))
     if _parallel(d):
@@ -617,10 +616,8 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     output = args.output_tokens
     if not output < args.context:
         raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
-    n = args.requests
-    if n is None:  # as the landing page: enough requests for a queue to settle
-        held = kv_pool(d).max_concurrency(args.context)
-        n = slo_requests(max(1, min(math.floor(held), d.resolved().max_num_seqs)))
+    # as the landing page by default: enough requests for a queue to settle
+    n = slo_requests_for(d, args.context) if args.requests is None else args.requests
     requests = random_lengths(n, args.context - output, output, args.range_ratio,
                               seed=args.seed)
     cap = load.max_rate_at_slo(d, requests, slo, seed=args.seed)
