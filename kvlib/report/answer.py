@@ -1147,8 +1147,8 @@ def slo_requests(batch: int) -> int:
 
 
 def slo_requests_for(deployment: Deployment, tokens: int) -> int:
-    """``slo_requests`` for ``deployment`` serving requests of ``tokens`` tokens (prompt +
-    output): of the batch it runs, the whole requests its KV pool holds up to its running cap
+    """``slo_requests`` of the batch ``deployment`` runs on requests of ``tokens`` tokens
+    (prompt + output): the whole requests its KV pool holds, at most its running cap
     (``max_num_seqs``), at least 1."""
     held = kv_pool(deployment).max_concurrency(int(tokens))
     return slo_requests(max(1, min(math.floor(held), deployment.resolved().max_num_seqs)))
