@@ -196,3 +196,108 @@ def test_registry_configs_read_unchanged():
         before = json.dumps(config, sort_keys=True)
         read_config(config)
         assert json.dumps(config, sort_keys=True) == before
+
+
+# --- cache-changing fields are refused, harmless ones are not (a user's trial, Dec 2026) -------
+
+def test_hunyuan_cross_layer_attention_is_refused():
+    # use_cla: groups of cla_share_factor layers share one layer's K/V (Hunyuan CLA); vLLM 0.33
+    # reads it only to skip weights (hy_v3_mtp.py _get_cla_factor), transformers 5.24 not at all
+    qwen = kvlib.model_record("qwen3-8b")["config"]
+    with pytest.raises(ValueError, match=r"config field 'use_cla' \(Hunyuan cross-layer "
+                                         r"attention.*\) changes what is cached"):
+        Model.from_hf_config({**qwen, "use_cla": True, "cla_share_factor": 2})
+    # without use_cla the factor is not read (_get_cla_factor returns 1): 2 × 36 × 8 × 128 × 2
+    off = Model.from_hf_config({**qwen, "use_cla": False, "cla_share_factor": 2})
+    assert off.kv_bytes_per_token() == 2 * 36 * 8 * 128 * 2 == 147_456
+
+
+def test_v_head_dim_without_mla_is_refused_unless_it_is_the_head_dim():
+    with pytest.raises(ValueError, match=r"config field 'v_head_dim' \(value heads of 256 beside "
+                                         r"key heads of 128 and no MLA latent\) changes what is "
+                                         "cached"):
+        Model.from_hf_config({**LLAMA, "v_head_dim": 256})
+    # equal to the head dim (4,096 / 32 = 128) it changes nothing: 2 × 32 × 8 × 128 × 2
+    assert Model.from_hf_config({**LLAMA, "v_head_dim": 128}).kv_bytes_per_token() == 131_072
+
+
+def test_multi_query_is_read_only_where_the_engine_reads_it():
+    # Llama (transformers LlamaAttention, vLLM's base get_total_num_kv_heads) ignores the key:
+    # still 8 KV heads, 2 × 32 × 8 × 128 × 2 = 131,072 B, not 1 head's 16,384 B
+    assert Model.from_hf_config({**LLAMA, "multi_query": True}).kv_bytes_per_token() == 131_072
+    # GPT-BigCode (StarCoder: 40 layers, 48 heads of 6,144 / 48 = 128) reads it, and defaults to
+    # it: one KV head, 2 × 40 × 1 × 128 × 2 = 20,480 B; multi_query false: 48 heads, 983,040 B
+    bigcode = {"model_type": "gpt_bigcode", "n_embd": 6144, "n_head": 48, "n_layer": 40}
+    assert Model.from_hf_config(bigcode).kv_bytes_per_token() == 2 * 40 * 1 * 128 * 2 == 20_480
+    assert Model.from_hf_config({**bigcode, "multi_query": True}).kv_bytes_per_token() == 20_480
+    assert (Model.from_hf_config({**bigcode, "multi_query": False}).kv_bytes_per_token()
+            == 2 * 40 * 48 * 128 * 2 == 983_040)
+    # Falcon-40B's new decoder architecture overrides the flag (8 KV heads of 64)
+    falcon = {"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128,
+              "num_hidden_layers": 60, "num_kv_heads": 8, "new_decoder_architecture": True}
+    assert Model.from_hf_config(falcon).kv_bytes_per_token() == 2 * 60 * 8 * 64 * 2 == 122_880
+    # the flag is still checked everywhere
+    with pytest.raises(ValueError, match="multi_query' must be true or false"):
+        Model.from_hf_config({**LLAMA, "multi_query": "yes"})
+    transformers = pytest.importorskip("transformers")
+    assert transformers.GPTBigCodeConfig(n_embd=6144, n_head=48).num_key_value_heads == 1
+    assert transformers.FalconConfig().multi_query is True
+
+
+@pytest.mark.parametrize("key,value", [
+    ("rope_local_base_freq", 10_000),  # Gemma-3: the sliding layers' RoPE base
+    ("clip_qkv", 8.0),                 # OLMo: a clamp on q, k and v
+    ("use_qkv_bias", True),            # StableLM-2: biases on q, k and v
+])
+def test_harmless_keys_that_look_cache_related_are_accepted(key, value):
+    assert CACHE_RELATED.search(key)  # the name-pattern guess would have refused each
+    assert Model.from_hf_config({**LLAMA, key: value}).kv_bytes_per_token() == 131_072
+
+
+def test_use_qkv_bias_adds_the_biases_to_the_count():
+    # q 32 × 128 + k, v 2 × 8 × 128 = 6,144 bias values per layer × 32 layers = 196,608
+    # (transformers 5.24 stablelm: q/k/v_proj bias=config.use_qkv_bias; vLLM 0.33 stablelm.py)
+    plain, biased = count_params(LLAMA), count_params({**LLAMA, "use_qkv_bias": True})
+    assert biased.total - plain.total == 32 * (4096 + 2 * 1024) == 196_608
+
+
+def test_unknown_expert_keys_refuse_the_count_not_the_cache():
+    # an unknown key named like routed experts: experts cache nothing, so the cache is sized;
+    # the parameter count would silently be a dense one, so it is refused naming the keys
+    cfg = {**LLAMA, "moe_experts_total": 64, "moe_top": 6}
+    assert Model.from_hf_config(cfg).kv_bytes_per_token() == 131_072
+    with pytest.raises(ValueError, match=r"config fields 'moe_experts_total' \(unknown to kvlib; "
+                                         r"its name suggests routed experts\), 'moe_top' .* "
+                                         "change the weights"):
+        count_params(cfg)
+    # ERNIE's spelling outside ERNIE-4.5 MoE is such a key too
+    with pytest.raises(ValueError, match=r"'moe_num_experts' \(unknown to kvlib"):
+        count_params({**LLAMA, "moe_num_experts": 64, "moe_k": 6})
+
+
+@pytest.mark.parametrize("update,match", [
+    ({"num_experts_per_tok": 16}, r"'num_experts_per_tok' \(16\) asks for more experts per token "
+                                  r"than the 8 routed experts \('num_local_experts'\)"),
+    ({"num_experts_per_tok": 0}, r"'num_experts_per_tok' must be an integer >= 1, got 0"),
+    ({"num_experts_per_tok": None}, r"'num_experts_per_tok' / 'experts_per_token' is missing"),
+])
+def test_experts_per_token_is_checked_when_the_config_is_read(update, match):
+    mixtral = kvlib.model_record("mixtral-8x7b")["config"]
+    with pytest.raises(ValueError, match=match):
+        Model.from_hf_config({**mixtral, **update})
+
+
+@pytest.mark.parametrize("update,match", [
+    ({"torch_dtype": "xx"}, r"config field 'torch_dtype' must be one of float32, float16, "
+                            r"bfloat16 \(or auto\), got 'xx'"),
+    ({"torch_dtype": None, "dtype": 16}, "config field 'dtype' must be one of"),
+    ({"mamba_ssm_cache_dtype": "fp32"}, "config field 'mamba_ssm_cache_dtype' must be one of"),
+])
+def test_an_unknown_dtype_is_refused_naming_the_field(update, match):
+    with pytest.raises(ValueError, match=match):
+        Model.from_hf_config({**LLAMA, **update})
+
+
+def test_auto_dtype_is_the_checkpoints_own():
+    assert Model.from_hf_config({**LLAMA, "torch_dtype": "auto"}).dtype is None
+    assert Model.from_hf_config({**LLAMA, "torch_dtype": "float16"}).dtype == "fp16"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -182,3 +183,124 @@ def test_gpt_oss_120b_loads_padded_on_an_h100():
     bf16 = loaded_weights("gpt-oss-120b", "bf16", 1, "h100-sxm")
     assert bf16.checkpoint_bytes is None and bf16.total_bytes == weight_bytes(
         params_for("gpt-oss-120b"), "bf16")
+
+
+# --- non-gated MLPs, ERNIE's experts, helpers that refuse what vLLM refuses --------------------
+
+#: EleutherAI/pythia-6.9b config.json (GPT-NeoX: LayerNorms with biases, biased projections,
+#: a gelu MLP of two matrices, an untied LM head).
+PYTHIA_6_9B = {
+    "architectures": ["GPTNeoXForCausalLM"], "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 16384, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048,
+    "model_type": "gpt_neox", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "rotary_emb_base": 10000, "rotary_pct": 0.25, "tie_word_embeddings": False,
+    "torch_dtype": "float16", "transformers_version": "4.24.0", "use_cache": True,
+    "use_parallel_residual": True, "vocab_size": 50432}
+#: bigcode/starcoder2-15b config.json (c_fc/c_proj MLP, use_bias, LayerNorm, GQA 48/4).
+STARCODER2_15B = {
+    "architectures": ["Starcoder2ForCausalLM"], "attention_dropout": 0.1,
+    "residual_dropout": 0.1, "embedding_dropout": 0.1, "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_size": 6144, "initializer_range": 0.01275,
+    "intermediate_size": 24576, "max_position_embeddings": 16384, "mlp_type": "default",
+    "model_type": "starcoder2", "norm_epsilon": 1e-05, "norm_type": "layer_norm",
+    "num_attention_heads": 48, "num_hidden_layers": 40, "num_key_value_heads": 4,
+    "rope_theta": 100000, "sliding_window": 4096, "torch_dtype": "float32",
+    "transformers_version": "4.37.0.dev0", "use_bias": True, "use_cache": True,
+    "vocab_size": 49152}
+#: baidu/ERNIE-4.5-21B-A3B-PT config.json: experts in ERNIE's own spelling.
+ERNIE_45_21B_A3B = {
+    "architectures": ["Ernie4_5_MoeForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 2560, "intermediate_size": 12288,
+    "max_position_embeddings": 131072, "model_type": "ernie4_5_moe", "num_attention_heads": 20,
+    "num_key_value_heads": 4, "num_hidden_layers": 28, "pad_token_id": 0, "rms_norm_eps": 1e-05,
+    "use_cache": False, "vocab_size": 103424, "rope_theta": 500000, "use_bias": False,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "moe_num_experts": 64,
+    "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_intermediate_size": 1536,
+    "moe_capacity": [64, 64, 64], "moe_gate": "topk", "moe_k": 6, "moe_layer_interval": 1,
+    "moe_use_aux_free": True, "head_dim": 128}
+
+
+def test_pythia_6_9b_by_hand_is_the_published_count():
+    # embedding and embed_out 2 × 50,432 × 4,096 = 413,138,944
+    # per layer: query_key_value 4,096 × 12,288 + 12,288 bias = 50,343,936; dense 4,096² + 4,096
+    #            = 16,781,312; MLP (two matrices) 4,096 × 16,384 + 16,384 = 67,125,248 and
+    #            16,384 × 4,096 + 4,096 = 67,112,960; two LayerNorms 2 × 2 × 4,096 = 16,384
+    #            → 201,379,840; × 32 = 6,444,154,880; final LayerNorm 8,192
+    # = 6,857,302,016, the Pythia paper's (Biderman et al. 2023, Table 1) total for 6.9B
+    # (a gated MLP would add 32 × 4,096 × 16,384 = 2,147,483,648: the 9.00e9 of the defect)
+    p = count_params(PYTHIA_6_9B)
+    assert p.total == 6_857_302_016
+    assert p.components["mlp"] == 32 * 2 * 4096 * 16384
+
+
+def test_starcoder2_15b_by_hand():
+    # embedding 49,152 × 6,144 = 301,989,888 (tied: Starcoder2Config's default)
+    # per layer: q, o 2 × 6,144² + k, v 2 × 6,144 × 512 = 81,788,928 + biases 6,144 + 512 + 512
+    #            + 6,144 = 13,312; MLP c_fc/c_proj 2 × 6,144 × 24,576 = 301,989,888 + biases
+    #            24,576 + 6,144 = 30,720; two LayerNorms 4 × 6,144 = 24,576 → 383,847,424
+    # × 40 = 15,353,896,960 + final LayerNorm 12,288 → 15,655,899,136 (15.7e9, not 21.7e9)
+    assert count_params(STARCODER2_15B).total == 15_655_899_136
+
+
+def test_ernie_45_moe_reads_its_own_expert_keys():
+    # embedding 103,424 × 2,560 = 264,765,440 (tied)
+    # attention per layer: q, o 2 × 2,560² + k, v 2 × 2,560 × 512 = 15,728,640; × 28
+    #   = 440,401,920; norms 28 × 2 × 2,560 + 2,560 = 145,920
+    # layer 0 dense (moe_layer_start_index 1): 3 × 2,560 × 12,288 = 94,371,840
+    # layers 1-27 MoE: 64 experts × 3 × 2,560 × 1,536 = 754,974,720; 2 shared experts
+    #   3 × 2,560 × 3,072 = 23,592,960; router 2,560 × 64 + 64 (e_score_correction_bias)
+    #   = 163,904; × 27 = 21,025,752,768
+    # total 21,825,437,888 (ERNIE-4.5-21B-A3B: "21B"); active: the experts × 6 / 64
+    # = 1,911,029,760 of 20,384,317,440 → 3,352,150,208 ("A3B")
+    p = count_params(ERNIE_45_21B_A3B)
+    assert (p.n_experts, p.experts_per_token, p.n_moe_layers) == (64, 6, 27)
+    assert p.total == 21_825_437_888 and p.active == 3_352_150_208
+    # the cache is a plain GQA one: 2 × 28 × 4 × 128 × 2 = 57,344 B
+    assert kvlib.Model.from_hf_config(ERNIE_45_21B_A3B).kv_bytes_per_token() == 57_344
+    with pytest.raises(ValueError, match=r"'moe_k' \(65\) asks for more experts per token"):
+        count_params({**ERNIE_45_21B_A3B, "moe_k": 65})
+    # use_moe false: vLLM's ernie45_moe.py builds dense MLPs only
+    assert count_params({**ERNIE_45_21B_A3B, "use_moe": False}).n_experts == 0
+
+
+def test_counts_match_transformers_on_the_meta_device():
+    """transformers 5.24 builds each model on the meta device from its config: the parameters
+    it holds (tied ones once) are kvlib's count exactly."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    for config in (PYTHIA_6_9B, STARCODER2_15B, ERNIE_45_21B_A3B):
+        hf = transformers.AutoConfig.for_model(
+            **{k: v for k, v in config.items() if k != "architectures"})
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(hf)
+        assert sum(t.numel() for t in model.parameters()) == count_params(config).total
+
+
+def test_a_gated_mlp_with_biases_counts_three():
+    # LlamaMLP with mlp_bias: gate and up biases of 14,336, down of 4,096 → 32,768 per layer,
+    # × 32 = 1,048,576; a ReLU Llama is still gated (LlamaMLP always has gate_proj)
+    llama = model_record("llama-3.1-8b")["config"]
+    plain = count_params(llama)
+    assert count_params({**llama, "mlp_bias": True}).total - plain.total == 1_048_576
+    assert count_params({**llama, "hidden_act": "relu"}).total == plain.total
+
+
+def test_weight_helpers_refuse_what_the_kv_functions_refuse():
+    p = params_for("llama-3.1-8b")  # 32 query heads, 8 KV heads
+    for tp in (3, 1000):
+        with pytest.raises(ValueError, match=rf"32 query heads cannot be split across tp={tp}"):
+            weight_bytes(p, "fp8", tp=tp)
+        with pytest.raises(ValueError, match=rf"32 query heads cannot be split across tp={tp}"):
+            loaded_weights("llama-3.1-8b", "fp8", tp=tp)
+        assert not kvlib.load_model("llama-3.1-8b").supports_tp(tp)
+    # experts alone are spread over tp × dp GPUs by expert parallelism: not a head split
+    mixtral = params_for("mixtral-8x7b")
+    experts = replace(mixtral, components={"experts": mixtral.components["experts"]})
+    assert weight_bytes(experts, "bf16", tp=64) == 2 * mixtral.components["experts"] // 64
+    with pytest.raises(KeyError, match=r"unknown GPU 'xx'"):
+        loaded_weights("llama-3.1-8b", "fp8", gpu="xx")
+    with pytest.raises(KeyError, match="close matches: h100-sxm"):
+        loaded_weights("llama-3.1-8b", "fp8", gpu="h100-smx")
+    assert loaded_weights("llama-3.1-8b", "fp8", tp=8, gpu=kvlib.load_gpu("h100-sxm")) == (
+        loaded_weights("llama-3.1-8b", "fp8", tp=8, gpu="h100-sxm"))

@@ -73,3 +73,62 @@ def test_registry_table_has_every_model():
     table = kvlib.registry_table()
     assert len(table) == len(kvlib.model_slugs())
     assert ((table["kv_bytes_per_token"] > 0) | (table["state_bytes"] > 0)).all()
+
+
+@pytest.fixture()
+def forked_data(tmp_path, monkeypatch):
+    """A copy of data/ that KVLIB_DATA points at."""
+    import shutil
+    from pathlib import Path
+    shutil.copytree(Path(__file__).resolve().parent.parent / "data", tmp_path / "data")
+    monkeypatch.setenv("KVLIB_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def _write_record(data, slug, config=None, **changes):
+    """A record like Llama-3.1-8B's under a new slug (a new file each time: the registry reads a
+    file once per modification time), its config updated with ``config``."""
+    record = json.loads((data / "models" / "llama-3.1-8b.json").read_text())
+    record.update(slug=slug, **changes)
+    record["config"].update(config or {})
+    path = data / "models" / f"{slug}.json"
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_a_bad_checkpoint_entry_names_its_file(forked_data):
+    path = _write_record(forked_data, "bad-ckpt",
+                         checkpoint={"total_size_bytes": -5, "format": "bf16"})
+    with pytest.raises(ValueError) as err:
+        kvlib.load_model("bad-ckpt")
+    assert str(err.value) == f"{path}: checkpoint total_size_bytes must be >= 1, got -5"
+    assert "\n" not in str(err.value) and "data/models/bad-ckpt.json" in str(err.value)
+    _write_record(forked_data, "no-format", checkpoint={"total_size_bytes": 10})
+    with pytest.raises(ValueError, match=r"no-format\.json: 'checkpoint' needs total_size_bytes"):
+        kvlib.load_model("no-format")
+
+
+def test_an_unknown_torch_dtype_is_refused_naming_the_file_and_the_field(forked_data):
+    path = _write_record(forked_data, "bad-dtype", config={"torch_dtype": "xx"})
+    with pytest.raises(ValueError) as err:
+        kvlib.load_model("bad-dtype")
+    assert str(err.value).startswith(f"{path}: ")
+    assert "config field 'torch_dtype' must be one of float32, float16, bfloat16" in str(err.value)
+    # a config the reader refuses for another reason names the file too
+    _write_record(forked_data, "with-cla", config={"use_cla": True})
+    with pytest.raises(ValueError, match=r"with-cla\.json: .*'use_cla'"):
+        kvlib.load_model("with-cla")
+
+
+@pytest.mark.parametrize("layers,match", [
+    ([1, 2], r"layers\[0\] is 1 \(int\), not a kvlib layer"),
+    ([kvlib.AttentionLayer(8, 128), "full"], r"layers\[1\] is 'full' \(str\)"),
+    (5, "layers must be a sequence of kvlib layers, got int"),
+    ("full", "layers must be a sequence of kvlib layers, got str"),
+])
+def test_model_from_layers_refuses_what_is_not_a_layer(layers, match):
+    with pytest.raises(TypeError, match=match):
+        kvlib.model_from_layers("x", layers)
+    # a list of layers is kept as a tuple (the model stays hashable)
+    m = kvlib.Model("x", [kvlib.AttentionLayer(8, 128)])
+    assert m.layers == (kvlib.AttentionLayer(8, 128),) and hash(m)

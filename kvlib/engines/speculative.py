@@ -36,18 +36,28 @@ FUSION_WIDTH = {"mtp": 2, "eagle": 2, "eagle3": 3}
 
 def draft_layer_count(d: Deployment) -> int:
     """Decoder layers in the deployment's draft: 0 without speculation or for n-gram; the
-    checkpoint's MTP layers for "mtp" (ValueError when it ships none); 1 for EAGLE heads."""
+    checkpoint's MTP layers for "mtp" (ValueError when it ships none, or when ``draft_layers``
+    asks for more than it ships: vLLM 0.33's MTP draft builds exactly the checkpoint's
+    ``num_nextn_predict_layers`` layers, deepseek_mtp.py); 1 for EAGLE heads, or the draft
+    head's own ``draft_layers``."""
     spec = d.speculative
     if spec is None or spec.method == "ngram":
         return 0
-    if spec.draft_layers is not None:
-        return spec.draft_layers
-    if spec.method == "mtp":
-        n = d.model.architecture.mtp_layers if d.model.architecture is not None else 0
+    if spec.method == "mtp" and d.model.architecture is not None:
+        n = d.model.architecture.mtp_layers
         if not n:
             raise ValueError(f"{d.model.name} ships no multi-token-prediction layers "
                              "(num_nextn_predict_layers): speculate with eagle, eagle3 or ngram")
-        return n
+        if spec.draft_layers is not None and spec.draft_layers > n:
+            raise ValueError(f"draft_layers={spec.draft_layers}: {d.model.name} ships {n} "
+                             f"multi-token-prediction layer{'s' if n > 1 else ''} "
+                             "(num_nextn_predict_layers), the most an MTP draft can run")
+        return n if spec.draft_layers is None else spec.draft_layers
+    if spec.draft_layers is not None:
+        return spec.draft_layers
+    if spec.method == "mtp":  # a Model built from explicit layers: no config to read
+        raise ValueError(f"{d.model.name} ships no multi-token-prediction layers "
+                         "(num_nextn_predict_layers): speculate with eagle, eagle3 or ngram")
     return 1
 
 

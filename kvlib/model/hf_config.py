@@ -47,6 +47,20 @@ FeedForwardKind = Literal["dense", "moe", "none"]
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {"vocab_size": 262_208, "hidden_activation": "gelu_pytorch_tanh",
                     "max_position_embeddings": 131_072},
+    # GPTNeoXConfig (gpt_neox/configuration_gpt_neox.py): biases on query_key_value and dense,
+    # an LM head of its own (Pythia's configs say so; others may not)
+    "gpt_neox": {"attention_bias": True, "tie_word_embeddings": False},
+    # Starcoder2Config (starcoder2/configuration_starcoder2.py): biases on q/k/v/o, c_fc, c_proj
+    "starcoder2": {"use_bias": True},
+    # GPTBigCodeConfig and FalconConfig default to multi-query attention (one KV head), and so
+    # does vLLM's RWConfig for Falcon's RefinedWebModel configs
+    # (vllm/transformers_utils/configs/falcon.py, 0.33.0)
+    **dict.fromkeys(("gpt_bigcode", "falcon", "RefinedWebModel"), {"multi_query": True}),
+    # Ernie4_5_MoeConfig (ernie4_5_moe/configuration_ernie4_5_moe.py), which vLLM 0.33's
+    # ernie45_moe.py reads through: 2 shared experts, MoE from layer 1 on (its 64 experts and 6
+    # per token: _ERNIE_EXPERTS, as the generic spellings may stand for them)
+    "ernie4_5_moe": {"moe_num_shared_experts": 2, "moe_layer_start_index": 1,
+                     "moe_layer_interval": 1, "moe_intermediate_size": 1536},
 }
 
 _LAYER_TYPE_NAMES: dict[str, Mixer] = {
@@ -99,6 +113,10 @@ REFUSED_KEYS: dict[str, str] = {
                                "layers",
     "block_configs": "per-layer blocks: attention layers without a cache, per-layer KV heads "
                      "and FFN widths (read for Nemotron-NAS only)",
+    # Hunyuan's cross-layer attention: vLLM 0.33 reads it only to skip weights
+    # (hy_v3_mtp.py, _get_cla_factor), transformers 5.24's hunyuan_v1_* not at all
+    "use_cla": "Hunyuan cross-layer attention: groups of cla_share_factor layers share one "
+               "layer's K/V",
 }
 
 _MIMO_TYPES = ("mimo_v2_flash", "mimo_v2")
@@ -135,6 +153,13 @@ FAMILY_READ_KEYS: dict[str, frozenset[str]] = {
     # Gemma-3n (transformers 5.24 gemma3n/modeling_gemma3n.py, vLLM 0.33 gemma3n.py): the shared
     # KV layers, and the keys that add weights kvlib does not count (read to refuse the count)
     "gemma3n_text": frozenset(_GEMMA3N_WEIGHT_KEYS) | {"num_kv_shared_layers"},
+    # ERNIE-4.5 MoE's own spelling of its experts (transformers 5.24 ernie4_5_moe: attribute_map
+    # num_experts → moe_num_experts, num_experts_per_tok → moe_k; Ernie4_5_MoeDecoderLayer and
+    # vLLM 0.33 ernie45_moe.py put experts on layer i when (i + 1) % moe_layer_interval == 0 and
+    # moe_layer_start_index <= i <= moe_layer_end_index)
+    "ernie4_5_moe": frozenset({
+        "moe_num_experts", "moe_k", "moe_num_shared_experts", "moe_layer_start_index",
+        "moe_layer_end_index", "moe_layer_interval", "use_moe"}),
 }
 
 #: Fields that change no cache but change the weights in a way kvlib's records do not describe: a
@@ -192,8 +217,20 @@ FAMILY_IGNORED_KEYS: dict[str, dict[str, str]] = {
         "altup_lr_multiplier": "a training learning-rate multiplier for AltUp: no shape",
         "activation_sparsity_pattern": "a top-k over each MLP's activations at run time: no "
                                        "shape",
-        # convert_rope_params_to_dict pops it into rope_parameters["sliding_attention"]
-        "rope_local_base_freq": "RoPE base of the sliding-window layers: no shape",
+    },
+    # Laguna (transformers 5.24 laguna/modeling_laguna.py): routing numerics of its experts
+    "laguna": {
+        **dict.fromkeys(("moe_routed_scaling_factor", "moe_router_logit_softcapping",
+                         "moe_apply_router_weight_on_input"), "routing numerics: no shape"),
+    },
+    # ERNIE-4.5 MoE: training knobs of the original Paddle code, read by neither transformers
+    # 5.24 (ernie4_5_moe) nor vLLM 0.33 (ernie45_moe.py); its e_score_correction_bias is built
+    # whatever moe_use_aux_free says
+    "ernie4_5_moe": {
+        "moe_capacity": "token-dropping capacity of training: no shape",
+        "moe_gate": "the training gate's kind (top-k): no shape",
+        "moe_use_aux_free": "bias-based load balancing in training; the bias is built anyway",
+        "moe_norm_min": "routing numerics: no shape",
     },
     # Nemotron-H / Nemotron-3: the layer pattern is read from layers_block_type
     "nemotron_h": {
@@ -214,8 +251,8 @@ READ_KEYS = frozenset({
     # softmax attention
     "hidden_size", "d_model", "n_embd", "n_embed", "num_attention_heads", "n_head", "num_heads",
     "num_key_value_heads", "num_kv_heads", "multi_query", "new_decoder_architecture", "head_dim",
-    "attention_bias", "qkv_bias", "bias", "use_qk_norm", "qk_norm_type", "attn_output_gate",
-    "num_attention_heads_per_layer",
+    "attention_bias", "qkv_bias", "use_qkv_bias", "bias", "use_qk_norm", "qk_norm_type",
+    "attn_output_gate", "num_attention_heads_per_layer",
     # MLA and the DeepSeek-V3.2 indexer
     "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "qk_head_dim",
     "index_n_heads", "index_head_dim", "index_topk",
@@ -286,6 +323,13 @@ IGNORED_KEYS: dict[str, str] = {
                      "ssm_out_multiplier", "attention_in_multiplier", "attention_out_multiplier",
                      "logits_scaling", "residual_multiplier", "attention_multiplier",
                      "position_embedding_type"), _NUMERICS),
+    # Gemma-3/3n: transformers 5.24 (gemma3/configuration_gemma3.py) pops it into
+    # rope_parameters["sliding_attention"]["rope_theta"]
+    "rope_local_base_freq": "RoPE base of the sliding-window layers: no shape",
+    # OLMo: query/key/value clamped to ±clip_qkv (transformers 5.24 olmo/modeling_olmo.py)
+    "clip_qkv": "a clamp on q, k and v activations: no shape",
+    "cla_share_factor": "Hunyuan's cross-layer attention group, used only with use_cla (refused; "
+                        "vLLM 0.33 hy_v3_mtp.py _get_cla_factor)",
     **dict.fromkeys(("architectures", "transformers_version", "auto_map", "use_cache",
                      "bos_token_id", "eos_token_id", "pad_token_id", "num_logits_to_keep",
                      "use_mamba_kernels", "prefix", "masked_softmax_fusion",
@@ -318,6 +362,11 @@ CACHE_RELATED = re.compile(
     r"window|chunk|mamba|ssm|state|linear_|hybrid|layer_type|lora|index_|swa|kv|key_value|"
     r"attn_layer|attention_layer|attention_type|local|global|sparse|nope|conv|cache|compress|"
     r"latent|recurr|delta|block_|pattern|period|offset|sink|head_dim|heads")
+#: The same fallback for the weights: an unknown key whose name matches this looks like it
+#: describes routed experts (how many, how many a token uses, which layers hold them: ERNIE's
+#: moe_num_experts and moe_k before kvlib read them). Experts cache nothing, so the cache is
+#: sized and the parameter count refused, naming the key (``Architecture.weights_unmodelled``).
+MOE_RELATED = re.compile(r"expert|moe")
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -813,8 +862,27 @@ def _int_list(c: _Fields, key: str, n_layers: int, allowed: set | None = None) -
     return list(value)
 
 
+#: Ernie4_5_MoeConfig's defaults for its routed experts and how many a token uses (transformers
+#: 5.24; its attribute_map reads num_experts and num_experts_per_tok as the same fields).
+_ERNIE_EXPERTS = (64, 6)
+
+
+def _expert_keys(c: _Fields, count: bool) -> tuple[str, ...]:
+    """The config keys of the routed experts' number (``count``) or of how many a token uses,
+    in the family's spelling first (ERNIE-4.5 MoE: ``moe_num_experts``, ``moe_k``)."""
+    ernie = str(c.get("model_type")) == "ernie4_5_moe"
+    if count:
+        return (("moe_num_experts",) if ernie else ()) + ("num_local_experts", "num_experts",
+                                                          "n_routed_experts")
+    return (("moe_k",) if ernie else ()) + ("num_experts_per_tok", "experts_per_token")
+
+
 def _n_experts(c: _Fields) -> int:
-    return c.int("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+    if str(c.get("model_type")) != "ernie4_5_moe":
+        return c.int(*_expert_keys(c, True), default=0, minimum=0)
+    n = c.int(*_expert_keys(c, True), default=_ERNIE_EXPERTS[0], minimum=0)
+    # vLLM 0.33 ernie45_moe.py: use_moe (default: any experts) false builds dense MLPs only
+    return n if c.flag("use_moe", n > 0) else 0
 
 
 def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
@@ -839,6 +907,12 @@ def _moe_layers(c: _Fields, n_layers: int) -> set[int]:
     if c.has("interleave_moe_layer_step"):  # Llama-4: every step-th layer, the last of each
         step = c.int("interleave_moe_layer_step")
         return {i for i in range(n_layers) if (i + 1) % step == 0}
+    if str(c.get("model_type")) == "ernie4_5_moe":  # ERNIE-4.5: an interval within a range
+        first = c.int("moe_layer_start_index", minimum=0)
+        last = c.get("moe_layer_end_index", -1)  # -1: the last layer (Ernie4_5_MoeConfig)
+        last = n_layers - 1 if last == -1 else c.int("moe_layer_end_index", minimum=0)
+        step = c.int("moe_layer_interval")
+        return {i for i in range(first, min(last, n_layers - 1) + 1) if (i + 1) % step == 0}
     first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
     step = c.int("decoder_sparse_step", "moe_layer_freq", default=1, minimum=0) or 1
     dense = set(c.int_list("mlp_only_layers"))
@@ -873,12 +947,19 @@ def _layers(c: _Fields, n_layers: int) -> tuple[LayerSpec, ...]:
 
 # --- geometry ---------------------------------------------------------------------------------
 
+#: Model types whose attention reads ``multi_query`` (one KV head): transformers 5.24
+#: gpt_bigcode (GPTBigCodeConfig: ``num_key_value_heads = 1 if multi_query``) and falcon
+#: (FalconAttention), vLLM 0.33 falcon.py with its FalconModelArchConfigConvertor
+#: (model_arch_config_convertor.py, falcon and RefinedWebModel). Every other family ignores the
+#: key, as vLLM's base ``get_total_num_kv_heads`` and transformers' LlamaAttention do.
+_MULTI_QUERY_TYPES = ("gpt_bigcode", "falcon", "RefinedWebModel")
+
+
 def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention:
     n_heads = c.int("num_attention_heads", "n_head", "num_heads")
-    if c.has("multi_query") or c.has("new_decoder_architecture"):  # Falcon / GPT-BigCode flags
-        mqa = c.flag("multi_query") and not c.flag("new_decoder_architecture")
-    else:
-        mqa = False
+    multi_query = c.flag("multi_query")  # checked in every family, read in _MULTI_QUERY_TYPES
+    mqa = (model_type in _MULTI_QUERY_TYPES and multi_query
+           and not c.flag("new_decoder_architecture"))
     n_kv = 1 if mqa else c.int("num_key_value_heads", "num_kv_heads", default=n_heads)
     if n_heads % n_kv:
         raise ValueError(f"{c.model}: {n_kv} KV heads cannot serve {n_heads} query heads: the "
@@ -892,7 +973,10 @@ def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention
             raise ValueError(f"{c.model}: hidden_size {hidden} is not divisible by "
                              f"{n_heads} attention heads and no head_dim is given")
         head_dim = hidden // n_heads
-    bias_all = c.flag("bias") or model_type == "bloom"  # BLOOM: biases everywhere
+    # biases everywhere: BLOOM; Falcon's ``bias``; StarCoder2's ``use_bias`` (q/k/v/o, c_fc,
+    # c_proj: transformers 5.24 starcoder2/modeling_starcoder2.py)
+    bias_all = (c.flag("bias") or model_type == "bloom"
+                or (model_type == "starcoder2" and c.flag("use_bias")))
     qk_norm = None
     if model_type == "llama4_text":
         pass  # Llama-4's q/k norm is an L2 norm without weights: no parameters
@@ -902,12 +986,26 @@ def _attention(c: _Fields, model_type: str, mixers: frozenset[str]) -> Attention
         n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
         sliding_window=_window(c) if "sliding" in mixers else None,
         chunk_size=c.int("attention_chunk_size") if "chunked" in mixers else None,
-        qkv_bias=(c.flag("attention_bias") or c.flag("qkv_bias") or model_type in ("qwen2", "opt")
-                  or bias_all),
+        qkv_bias=(c.flag("attention_bias") or c.flag("qkv_bias") or c.flag("use_qkv_bias")
+                  or model_type in ("qwen2", "opt") or bias_all),
         o_bias=c.flag("attention_bias") or model_type == "opt" or bias_all,
         qk_norm=qk_norm, sinks=model_type == "gpt_oss",
         output_gate=model_type.startswith("qwen3_next") or (
             model_type.startswith("qwen3_5") and c.flag("attn_output_gate", True)))
+
+
+def _check_v_head_dim(c: _Fields, model_type: str, attention: Attention | None,
+                      mixers: frozenset[str]) -> None:
+    """``v_head_dim`` is read for MLA (the V heads of its up-projection) and MiMo-V2 (its full
+    layers); on plain attention a V head dim unlike the K head dim would change what is cached,
+    and no cache layer here is read that way: refused unless it equals the head dim."""
+    if (not c.has("v_head_dim") or "mla" in mixers or model_type in _MIMO_TYPES
+            or attention is None):
+        return
+    v_dim = c.int("v_head_dim")
+    if v_dim != attention.head_dim:
+        raise _cache_refusal(c, "v_head_dim", f"value heads of {v_dim} beside key heads of "
+                             f"{attention.head_dim} and no MLA latent")
 
 
 def _window(c: _Fields) -> int:
@@ -1020,17 +1118,42 @@ def _gated_deltanet(c: _Fields) -> GatedDeltaNet:
     return g
 
 
-_NO_GATE_TYPES = ("opt", "RefinedWebModel", "falcon", "gpt2", "gpt_bigcode", "bloom")
+#: Model types whose MLP (and experts) is two matrices, up and down, with no gate, whatever the
+#: activation: each modeling file of transformers 5.24.0 was read for its MLP class (GPTNeoXMLP
+#: dense_h_to_4h/dense_4h_to_h, Starcoder2MLP and GPTBigCodeMLP c_fc/c_proj, PhiMLP and
+#: OPT/XGLM/BioGPT fc1/fc2, NemotronMLP and NemotronHMLP up_proj/down_proj, ...).
+_NO_GATE_TYPES = frozenset({
+    "opt", "RefinedWebModel", "RefinedWeb", "falcon", "bloom", "gpt2", "gpt_bigcode", "gpt_neo",
+    "gpt_neox", "gpt_neox_japanese", "gptj", "codegen", "starcoder2", "phi", "mpt", "persimmon",
+    "nemotron", "nemotron_h", "apertus", "arcee", "nanochat", "jais2", "xglm", "biogpt", "ctrl",
+    "openai-gpt"})
+#: Families whose MLP is gated (gate_proj and up_proj, or fused gate_up_proj, or w1/w3) whatever
+#: the activation (a ReLU Llama is still gated): checked against transformers 5.24.0's modeling
+#: files of every model type with one of these prefixes (kimi_k2 and minimax_m1 are remote code
+#: of DeepSeek-V3's and MiniMax's gated shapes).
+_GATED_FAMILIES = (
+    "llama", "mistral", "mixtral", "qwen", "gemma", "deepseek", "kimi_k2", "glm", "olmo",
+    "stablelm", "phi3", "phimoe", "granite", "ernie4_5", "hunyuan", "exaone", "cohere", "minimax",
+    "jamba", "falcon_h1", "gpt_oss", "laguna", "mimo")
 #: configs whose MLP is 4 × hidden without saying so (Falcon's RW configs, BLOOM)
 _FOUR_X_MLP_TYPES = ("RefinedWebModel", "falcon", "bloom")
 _HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd", "n_embed")
+#: For model types in neither list (remote code): activations that are used without a gate.
 _NO_GATE_ACTS = ("relu2", "relu", "gelu_new")
+#: Model types whose norms are LayerNorms with a bias (two vectors per norm): transformers 5.24
+#: nn.LayerNorm in OPT, Falcon, BLOOM, GPT-NeoX and StarCoder2.
+_LAYER_NORM_BIAS_TYPES = ("opt", "RefinedWebModel", "falcon", "bloom", "gpt_neox", "starcoder2")
 
 
 def _gated(c: _Fields, model_type: str) -> bool:
+    """Whether the MLP is gated (three matrices), as transformers builds the model type."""
+    if model_type in _NO_GATE_TYPES:
+        return False
+    if model_type.startswith(_GATED_FAMILIES):
+        return True
     act = str(c.get("hidden_act") or c.get("hidden_activation") or c.get("activation_function")
               or c.get("mlp_hidden_act") or "silu")
-    return model_type not in _NO_GATE_TYPES and act not in _NO_GATE_ACTS
+    return act not in _NO_GATE_ACTS
 
 
 def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
@@ -1040,8 +1163,11 @@ def _mlp(c: _Fields, model_type: str, hidden: int | None, gated: bool) -> MLP:
         inter = c.opt_int("intermediate_size", "ffn_dim")
     if inter is None and model_type in _FOUR_X_MLP_TYPES and hidden:
         inter = 4 * hidden  # no size given: the MLP is 4 × hidden
+    # biases: OPT's fc1/fc2; GPT-NeoX's dense_h_to_4h/dense_4h_to_h (nn.Linear's default bias,
+    # transformers 5.24 gpt_neox/modeling_gpt_neox.py); StarCoder2's use_bias
     return MLP(intermediate_size=inter, gated=gated,
-               bias=model_type == "opt" or c.flag("mlp_bias") or c.flag("bias"))
+               bias=(model_type in ("opt", "gpt_neox") or c.flag("mlp_bias") or c.flag("bias")
+                     or (model_type == "starcoder2" and c.flag("use_bias"))))
 
 
 def _moe(c: _Fields, model_type: str) -> MoE | None:
@@ -1053,29 +1179,48 @@ def _moe(c: _Fields, model_type: str) -> MoE | None:
              or c.opt_int("intermediate_size"))
     shared = c.opt_int("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size",
                        "shared_intermediate_size", minimum=0)
-    n_shared = c.opt_int("n_shared_experts", minimum=0)
+    n_shared = c.opt_int("n_shared_experts", *(("moe_num_shared_experts",)
+                                                if model_type == "ernie4_5_moe" else ()),
+                         minimum=0)
     if shared is None and n_shared and inter is not None:
         shared = n_shared * inter
     if shared is None and model_type == "llama4_text":
         shared = inter  # Llama-4: one shared expert of the experts' size (Llama4TextMoe)
+    per_token = _expert_keys(c, False) + (("top_k_experts",) if model_type == "gemma4_text"
+                                          else ())
+    # missing or below 1: an error naming the field
+    k = c.int(*per_token, default=_ERNIE_EXPERTS[1] if model_type == "ernie4_5_moe" else None)
+    if k > n_experts:
+        used = next((key for key in per_token if c.has(key)), per_token[0])
+        counted = next((key for key in _expert_keys(c, True) if c.has(key)),
+                       _expert_keys(c, True)[0])
+        raise ValueError(f"{c.model}: config field {used!r} ({k}) asks for more experts per "
+                         f"token than the {n_experts} routed experts ({counted!r})")
     return MoE(
-        n_experts=n_experts,
-        experts_per_token=c.int("num_experts_per_tok", "experts_per_token",
-                                *(("top_k_experts",) if model_type == "gemma4_text" else ()),
-                                default=0, minimum=0),
+        n_experts=n_experts, experts_per_token=k,
         intermediate_size=inter, shared_intermediate_size=shared or None,
         shared_gate=model_type.startswith(("qwen2_moe", "qwen3_next", "qwen3_5")),
-        router_bias=(model_type in ("gpt_oss", "nemotron_h", "laguna") or c.flag("use_routing_bias")
-                     or c.get("topk_method") == "noaux_tc"),
+        # a router bias (e_score_correction_bias): ERNIE-4.5 MoE builds one always
+        # (Ernie4_5_MoeStatics in transformers 5.24; vLLM 0.33 ernie45_moe.py)
+        router_bias=(model_type in ("gpt_oss", "nemotron_h", "laguna", "ernie4_5_moe")
+                     or c.flag("use_routing_bias") or c.get("topk_method") == "noaux_tc"),
         expert_bias=model_type == "gpt_oss", dense_beside=model_type == "gemma4_text")
 
 
-def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...]) -> str | None:
+def _dtype(configs: tuple[Mapping[str, Any], ...], keys: tuple[str, ...],
+           label: str) -> str | None:
+    """The first of ``keys`` set in ``configs`` (text config first), as a kvlib dtype; None when
+    none is set or it is "auto" (the checkpoint's own). Any other value is refused, naming the
+    field: transformers itself fails on a dtype torch does not have."""
     for cfg in configs:
         for key in keys:
             value = cfg.get(key)
+            if value is None or value == "auto":
+                continue
             if isinstance(value, str) and value in HF_DTYPE_NAMES:
                 return HF_DTYPE_NAMES[value]
+            raise ValueError(f"{label}: config field {key!r} must be one of "
+                             f"{', '.join(HF_DTYPE_NAMES)} (or auto), got {value!r}")
     return None
 
 
@@ -1444,18 +1589,21 @@ def _family_ignored(config: Mapping[str, Any], text: Mapping[str, Any]) -> dict[
     return out
 
 
-def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label: str) -> None:
+def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label: str
+                       ) -> str | None:
     """Refuse a config that sets a field kvlib does not model: a field of ``REFUSED_KEYS`` (it
     changes the cache) or ``PARAMETER_REFUSED_KEYS`` (it changes the weights), or a key kvlib does
     not know, neither read nor ignored for the family, whose name looks cache-related.
 
     Known fields are named alone when there are any: the name-pattern guesses are reported only
     when no known field explains the refusal, so the message names what really stops the reader.
+    Returns why the parameter count is refused when an unknown key's name looks like routed
+    experts (``MOE_RELATED``), None otherwise: such a key changes no cache.
     """
     family = {**_family_ignored(config, text),
               **{key: "read" for cfg in (config, text)
                  for key in FAMILY_READ_KEYS.get(str(cfg.get("model_type")), ())}}
-    known, guessed, weights = [], [], []
+    known, guessed, weights, experts = [], [], [], []
     for cfg in (text, config) if text is not config else (config,):
         for key, value in cfg.items():
             if not isinstance(key, str) or not _is_set(value) or key in family:
@@ -1464,8 +1612,12 @@ def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label
                 known.append(f"{key!r} ({REFUSED_KEYS[key]})")
             elif key in PARAMETER_REFUSED_KEYS:
                 weights.append(f"{key!r} ({PARAMETER_REFUSED_KEYS[key]})")
-            elif key not in READ_KEYS and key not in IGNORED_KEYS and CACHE_RELATED.search(key):
+            elif key in READ_KEYS or key in IGNORED_KEYS:
+                continue
+            elif CACHE_RELATED.search(key):
                 guessed.append(f"{key!r} (unknown to kvlib; its name suggests a cache layout)")
+            elif MOE_RELATED.search(key):
+                experts.append(f"{key!r} (unknown to kvlib; its name suggests routed experts)")
     found = known or guessed
     if found:
         raise ValueError(f"{label}: config field{'s' if len(found) > 1 else ''} "
@@ -1476,6 +1628,11 @@ def _refuse_unmodelled(config: Mapping[str, Any], text: Mapping[str, Any], label
                          f"{', '.join(weights)} change{'' if len(weights) > 1 else 's'} the "
                          "weights in a way kvlib does not model (the cache would be right, the "
                          "parameter count would not); refusing to guess")
+    if experts:
+        return (f"config field{'s' if len(experts) > 1 else ''} {', '.join(experts)} "
+                f"change{'' if len(experts) > 1 else 's'} the weights in a way kvlib does not "
+                "model (the cache is sized, the parameter count is not); refusing to guess")
+    return None
 
 
 # --- the reader -------------------------------------------------------------------------------
@@ -1559,7 +1716,7 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         raise ValueError("config is empty: expected the fields of a Hugging Face config.json")
     text = text_config(config)
     label = name or str(config.get("_name_or_path") or config.get("model_type") or "model")
-    _refuse_unmodelled(config, text, label)
+    experts_unmodelled = _refuse_unmodelled(config, text, label)
     wrapped, widths = config is not text, None
     if text.get("model_type") == "gemma3n_text":
         text, widths = _gemma3n_widths(text, label)
@@ -1572,6 +1729,7 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
     hidden = c.opt_int(*_HIDDEN_KEYS)
     attention = (_attention(c, model_type, mixers)
                  if mixers & {"full", "sliding", "chunked", "parallel"} else None)
+    _check_v_head_dim(c, model_type, attention, mixers)
     mlp = _mlp(c, model_type, hidden, _gated(c, model_type))
     if model_type == "gemma4_text":
         layers = _gemma4_layers(c, layers, attention)
@@ -1612,13 +1770,14 @@ def read_config(config: Mapping[str, Any], name: str | None = None) -> Architect
         lightning=_lightning(c) if "lightning" in mixers else None,
         mlp=mlp, moe=_moe(c, model_type),
         layer_norms=_layer_norms(c, model_type),
-        norm_bias=model_type in ("opt", "RefinedWebModel", "falcon", "bloom"),
+        norm_bias=model_type in _LAYER_NORM_BIAS_TYPES,
         embedding_norm=model_type == "bloom",
         final_norm=not c.flag("_remove_final_layer_norm"),
-        dtype=_dtype((text, config), ("torch_dtype", "dtype")),
-        ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype")),
+        dtype=_dtype((text, config), ("torch_dtype", "dtype"), label),
+        ssm_dtype=_dtype((text, config), ("mamba_ssm_cache_dtype", "mamba_ssm_dtype"), label),
         quant_method=(str(quant.get("quant_method", "")) if isinstance(quant, Mapping) else None),
         max_position_embeddings=c.opt_int("max_position_embeddings"),
         max_model_len=_max_model_len(c, model_type), notes=tuple(notes), mtp_layers=mtp_layers,
-        weights_unmodelled=_gemma3n_weights(c) if model_type == "gemma3n_text" else None,
+        weights_unmodelled=(_gemma3n_weights(c) if model_type == "gemma3n_text"
+                            else experts_unmodelled),
         architectures=tuple(str(a) for a in config.get("architectures") or ()))

@@ -9,7 +9,7 @@ recurrent (hybrid) layers depart from it, each layer kind knowing its own state.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any
@@ -22,6 +22,10 @@ from .layers import (KIND_NAMES, AnyLayer, AttentionLayer, FormatLike, GatedDelt
 from ..core.checks import integer, positive_integer
 from .formats import kv_format
 from ..core.units import dtype_bits
+
+#: The layer classes a Model is made of (``AnyLayer``; SharedKVLayer is a StatelessLayer).
+LAYER_CLASSES = (AttentionLayer, MLALayer, IndexerKeyLayer, Mamba1Layer, Mamba2Layer,
+                 GatedDeltaNetLayer, LightningAttentionLayer, StatelessLayer)
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,20 @@ class Model:
     checkpoint: Checkpoint | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.layers, (str, bytes)) or not isinstance(self.layers, Sequence):
+            raise TypeError(f"model {self.name!r}: layers must be a sequence of kvlib layers, "
+                            f"got {type(self.layers).__name__}")
         if not self.layers:
             raise ValueError(f"model {self.name!r} has no layers")
+        if not isinstance(self.layers, tuple):  # a list would make the model unhashable
+            object.__setattr__(self, "layers", tuple(self.layers))
+        for i, layer in enumerate(self.layers):
+            if not isinstance(layer, LAYER_CLASSES):
+                shown = " ".join(repr(layer).split())  # one line, at most 60 characters
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                raise TypeError(f"model {self.name!r}: layers[{i}] is {shown} "
+                                f"({type(layer).__name__}), not a kvlib layer (AttentionLayer, "
+                                "MLALayer, Mamba2Layer, ...)")
         if self.n_heads is not None:  # numpy integers too, stored as int
             object.__setattr__(self, "n_heads", integer("n_heads", self.n_heads))
         for dtype in (self.dtype, self.ssm_dtype):
@@ -206,7 +222,8 @@ class Model:
     def from_hf_config(cls, config: Mapping[str, Any], name: str | None = None) -> Model:
         """Read a Hugging Face ``config.json`` (as a dict) as published.
 
-        Handles MHA (no ``num_key_value_heads``), MQA flags (``multi_query``), explicit
+        Handles MHA (no ``num_key_value_heads``), MQA flags (``multi_query``, read for GPT-BigCode
+        and Falcon only, as the engines read it), explicit
         ``head_dim``, nested ``text_config``, sliding windows (``layer_types``,
         ``sliding_window_pattern``, the Gemma-2 alternation, the Gemma-3 default of every 6th layer
         global, ``use_sliding_window: false``),
@@ -290,7 +307,11 @@ def model_from_architecture(arch: Architecture) -> Model:
 
 def model_from_layers(name: str, layers: Sequence[AnyLayer], n_heads: int | None = None,
                       dtype: str | None = "bf16") -> Model:
-    """A Model from explicit layers (for what-if geometries in the chapters)."""
+    """A Model from explicit layers (for what-if geometries in the chapters); TypeError naming
+    the first entry that is not a kvlib layer."""
+    if isinstance(layers, (str, bytes, Mapping)) or not isinstance(layers, Iterable):
+        raise TypeError(f"model {name!r}: layers must be a sequence of kvlib layers, got "
+                        f"{type(layers).__name__}")
     return Model(name=name, layers=tuple(layers), n_heads=n_heads, dtype=dtype)
 
 

@@ -28,6 +28,7 @@ from ..core.checks import positive_integer
 from .formats import COMPONENTS, WeightFormat, weight_bits, weight_format
 from .hf_config import (MLA, Architecture, Attention, GatedDeltaNet, Lightning, Mamba1, Mamba2,
                         read_config)
+from .model import Model, model_from_architecture
 
 @dataclass(frozen=True)
 class ParamCounts:
@@ -37,7 +38,9 @@ class ParamCounts:
     ``kv_proj_params``/``n_kv_heads``: K/V projection weights and KV heads of the softmax
     attention layers (replicated per GPU when tensor parallelism exceeds the KV heads);
     ``n_experts``/``experts_per_token``: routed experts per MoE layer and how many a token
-    uses (0 for dense models); ``n_moe_layers``: layers with routed experts.
+    uses (0 for dense models); ``n_moe_layers``: layers with routed experts; ``architecture``:
+    the record counted (None for counts built by hand), whose heads say which tensor-parallel
+    degrees the attention and recurrent weights split over (``weight_bytes``).
     """
 
     name: str
@@ -49,6 +52,7 @@ class ParamCounts:
     kv_proj_params: int = 0
     n_kv_heads: int = 0
     notes: tuple[str, ...] = field(default=(), compare=False)
+    architecture: Architecture | None = field(default=None, compare=False, repr=False)
 
     @property
     def total(self) -> int:
@@ -288,13 +292,14 @@ def count_architecture(arch: Architecture) -> ParamCounts:
             inter = _need(spec.intermediate_size or mlp.intermediate_size, label,
                           "intermediate_size")
             comp["mlp"] += mats * hidden * inter
-            if mlp.bias:
-                comp["small"] += inter + hidden
+            if mlp.bias:  # one bias per matrix: up (and gate) of inter, down of hidden
+                comp["small"] += (mats - 1) * inter + hidden
     n_experts = moe.n_experts if moe is not None and n_moe_layers else 0
     return ParamCounts(name=label, components=comp, n_experts=n_experts,
                        experts_per_token=moe.experts_per_token if n_experts else 0,
                        n_moe_layers=n_moe_layers, tied_embeddings=arch.tie_word_embeddings,
-                       kv_proj_params=kv_total, n_kv_heads=n_kv, notes=arch.notes)
+                       kv_proj_params=kv_total, n_kv_heads=n_kv, notes=arch.notes,
+                       architecture=arch)
 
 
 def count_params(config: Mapping[str, Any], name: str | None = None) -> ParamCounts:
@@ -317,9 +322,15 @@ def weight_bytes(counts: ParamCounts,
     component → format (e.g. ``{"experts": "mxfp4"}`` for gpt-oss, ``{"mlp": "fp8"}`` for
     Meta's Llama-3.1-405B-FP8), other components 16-bit.
     Sharded components are divided by ``tp``; norms, routers and small vectors are
-    replicated; K/V projections are replicated when ``tp`` exceeds the KV heads.
+    replicated; K/V projections are replicated when ``tp`` exceeds the KV heads. Where the counts
+    hold attention or recurrent weights of a known architecture, ``tp`` must split their heads
+    as it must for the cache (``Model.check_tp``: vLLM refuses to start otherwise); counts of
+    experts alone (spread over tp × dp GPUs by expert parallelism) are not checked.
     """
     tp = positive_integer("tp (tensor-parallel degree)", tp)
+    if tp > 1 and counts.architecture is not None and (counts.components.get("attention")
+                                                       or counts.components.get("recurrent")):
+        _heads_model(counts.architecture).check_tp(tp)
     bits_of = weight_format(weight_dtype).bits
     total_bits = 0.0
     replicated = {"norms", "router", "small", "position_embedding"}
@@ -377,6 +388,22 @@ def marlin_padding_bytes(counts: ParamCounts, arch: Architecture,
     if moe.expert_bias:
         extra_bits += (2 * (i_pad - inter) + (h_pad - hidden)) * 16
     return math.ceil(counts.n_moe_layers * moe.n_experts * extra_bits / 8)
+
+
+#: ``_heads_model``'s models by the identity of their record (hashing a record walks all its
+#: layers, which would cost ``weight_bytes`` more than its own arithmetic); each entry holds its
+#: record, so an id is not reused while it is stored.
+_HEADS_MODELS: dict[int, tuple[Architecture, Model]] = {}
+
+
+def _heads_model(arch: Architecture) -> Model:
+    """The Model of a counted record, whose ``check_tp`` holds the head-splitting rule."""
+    hit = _HEADS_MODELS.get(id(arch))
+    if hit is None or hit[0] is not arch:
+        if len(_HEADS_MODELS) >= 256:
+            _HEADS_MODELS.clear()
+        hit = _HEADS_MODELS[id(arch)] = (arch, model_from_architecture(arch))
+    return hit[1]
 
 
 @lru_cache(maxsize=256)

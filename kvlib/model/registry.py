@@ -51,15 +51,28 @@ def model_record(slug: str) -> dict[str, Any]:
 
 def load_model(slug: str) -> Model:
     """The Model for a registry slug, e.g. ``load_model("llama-3.1-8b")``, with its published
-    checkpoint size where the record has one (``checkpoint.total_size_bytes``)."""
+    checkpoint size where the record has one (``checkpoint.total_size_bytes``). A config or a
+    checkpoint entry the reader refuses is an error of the same type whose message starts with
+    the record's file."""
     record = model_record(slug)
-    model = Model.from_hf_config(record["config"], name=record.get("name", slug))
+    path = data_dir() / "models" / f"{slug}.json"
+    try:
+        return _load(slug, record)
+    except (ValueError, TypeError, KeyError) as exc:
+        message = exc.args[0] if len(exc.args) == 1 and isinstance(exc.args[0], str) else str(exc)
+        raise type(exc)(f"{path}: {message}") from None
+
+
+def _load(slug: str, record: dict[str, Any]) -> Model:
+    name = record.get("name", slug)
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"'name' must be a non-empty string, got {name!r}")
+    model = Model.from_hf_config(record["config"], name=name)
     ckpt = record.get("checkpoint")
     if ckpt is None:
         return model
     if not isinstance(ckpt, dict) or "total_size_bytes" not in ckpt or "format" not in ckpt:
-        raise ValueError(f"data/models/{slug}.json: 'checkpoint' needs total_size_bytes and "
-                         "format")
+        raise ValueError("'checkpoint' needs total_size_bytes and format")
     source = ckpt.get("source", {})
     return replace(model, checkpoint=Checkpoint(
         total_size_bytes=ckpt["total_size_bytes"], weight_format=ckpt["format"],

@@ -9,8 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from ..core.data import csv_path, resolve_slug
 from .formats import WeightFormat, weight_format
 from .model import Model
 from .params import ParamCounts, count_cached, count_params, marlin_padding_bytes, weight_bytes
@@ -52,16 +57,35 @@ class LoadedWeights:
         return base + self.padding_bytes
 
 
+@lru_cache(maxsize=8)
+def _gpu_slugs(path: Path, mtime: float) -> tuple[str, ...]:
+    return tuple(pd.read_csv(path, usecols=["slug"], dtype=str)["slug"])
+
+
+def _gpu_slug(gpu: Any) -> str | None:
+    """``gpu`` as a slug of data/gpus.csv (a ``GPU`` gives its own): KeyError naming close
+    matches for an unknown one, ValueError for one that is not a plain name; None stays None."""
+    if gpu is None:
+        return None
+    slug = gpu if isinstance(gpu, str) else getattr(gpu, "slug", gpu)  # a kvlib.GPU too
+    path = csv_path("gpus.csv")
+    return resolve_slug("GPU", slug, _gpu_slugs(path, path.stat().st_mtime), "data/gpus.csv")
+
+
 def loaded_weights(model: Model | str, weight_dtype: WeightFormat | str | Mapping[str, str] = "bf16",
                    tp: int = 1, gpu: str | None = None) -> LoadedWeights:
     """The weights of ``model`` (a registry slug or a Model) on one of ``tp`` GPUs of kind
-    ``gpu`` (a slug of data/gpus.csv), as vLLM loads them: the published checkpoint's bytes when
-    ``weight_dtype`` is the checkpoint's own format, else the parameter count at that format;
-    plus Marlin's MXFP4 padding on GPUs without FP4 kernels."""
+    ``gpu`` (a slug of data/gpus.csv; None: a GPU with FP4 kernels is not assumed), as vLLM loads
+    them: the published checkpoint's bytes when ``weight_dtype`` is the checkpoint's own format,
+    else the parameter count at that format; plus Marlin's MXFP4 padding on GPUs without FP4
+    kernels. ``tp`` must split the model's heads (``Model.check_tp``), an unknown ``gpu`` is a
+    KeyError naming close matches."""
     m = resolve_model(model)
     if m.architecture is None:
         raise ValueError(f"loaded_weights needs a registry slug or a Model read from a config, "
                          f"got {model!r}")
+    tp = m.check_tp(tp)
+    gpu = _gpu_slug(gpu)
     fmt = weight_format(weight_dtype)
     counts = params_for(m)
     computed = weight_bytes(counts, fmt, tp)
