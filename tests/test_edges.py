@@ -714,3 +714,133 @@ def test_property_recheck_forked_claim_rows(row):
     assert v.verdict in recheck.VERDICTS and v.reason.strip() and "\n" not in v.reason
     assert math.isfinite(v.recomputed) or v.verdict == "unverifiable", v
     assert "nan" not in v.reason.lower().split(), v.reason
+
+
+# --- workloads: every argument checked by name (kvlib.engines.workloads) ---------------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda W: W.sharegpt(2.5), "n must be an integer, got 2.5"),
+    (lambda W: W.sharegpt(True), "n must be an integer, got True"),
+    (lambda W: W.sharegpt("5"), "n must be an integer, got '5'"),
+    (lambda W: W.sharegpt(0), "n must be >= 1, got 0"),
+    (lambda W: W.sharegpt(5, -1), "seed must be >= 0, got -1"),
+    (lambda W: W.alpaca(5, seed=1.5), "seed must be an integer, got 1.5"),
+    (lambda W: W.fixed(2.5, 10, 10), "n must be an integer, got 2.5"),
+    (lambda W: W.fixed(2, 0, 10), "prompt_tokens must be >= 1, got 0"),
+    (lambda W: W.fixed(2, 10, 1.5), "output_tokens must be an integer, got 1.5"),
+    (lambda W: W.random_lengths(3, 0, 10), "input_len must be >= 1, got 0"),
+    (lambda W: W.random_lengths(3, -5, 10), "input_len must be >= 1, got -5"),
+    (lambda W: W.random_lengths(3, 1.5, 10), "input_len must be an integer, got 1.5"),
+    (lambda W: W.random_lengths(3, 10, 0), "output_len must be >= 1, got 0"),
+    (lambda W: W.random_lengths(3, 10, 10, "x"), "range_ratio must be a number, got 'x'"),
+    (lambda W: W.random_lengths(3, 10, 10, float("nan")), "range_ratio must be finite, got nan"),
+    (lambda W: W.random_lengths(3, 10, 10, seed=-1), "seed must be >= 0, got -1"),
+    (lambda W: W.poisson_arrivals(3, 0.5, seed=-1), "seed must be >= 0, got -1"),
+    (lambda W: W.sharegpt(20, output_sigma=math.inf), "output_sigma must be finite, got inf"),
+    (lambda W: W.sharegpt(20, output_sigma=0), "output_sigma must be positive, got 0"),
+    (lambda W: W.sharegpt(20, output_sigma=100),
+     "output_sigma 100: no log-normal of that spread truncated to [4, 1,024] tokens solves to a "
+     "mean of 337.99 tokens (got 338); use a spread nearer 1"),
+    (lambda W: W.sharegpt(20, max_output_tokens=1500.5),
+     "max_output_tokens must be an integer, got 1500.5"),
+    (lambda W: W.LengthDist(300, math.nan, 4, 1024), "sigma must be finite, got nan"),
+    (lambda W: W.LengthDist(300, 100, 4, 1024).pmf(),
+     "sigma 100: no log-normal of that spread truncated to [4, 1,024] tokens solves to a mean "
+     "of 300 tokens (got 299); use a spread nearer 1"),
+])
+def test_a_bad_workload_argument_is_named_in_one_line(call, message):
+    import warnings
+
+    from kvlib.engines import workloads
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        with pytest.raises(ValueError) as info:
+            call(workloads)
+    assert str(info.value) == message
+
+
+def test_workloads_accept_numpy_integers_and_keep_their_streams():
+    from kvlib.engines import workloads as W
+
+    assert np.array_equal(W.sharegpt(np.int64(50), np.int32(3)), W.sharegpt(50, 3))
+    assert np.array_equal(W.random_lengths(np.int64(9), np.int64(100), 20, 0.5, seed=2),
+                          W.random_lengths(9, 100, 20, 0.5, seed=2))
+    assert W.fixed(np.int64(2), np.int16(7), 3).tolist() == [[7, 3], [7, 3]]
+    # an output spread in the range that works gives the published mean exactly
+    _, out = W.sharegpt_dists(output_sigma=2.0)
+    assert out.mean() == pytest.approx(337.99, rel=1e-9)
+
+
+def _fork_workloads(tmp_path, monkeypatch, edit):
+    import shutil
+
+    from kvlib.core.data import data_dir
+
+    data = tmp_path / "data"
+    shutil.copytree(data_dir(), data)
+    path = data / "workloads.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join(edit(lines)) + "\n", encoding="utf-8")
+    monkeypatch.setenv("KVLIB_DATA", str(data))
+    return path
+
+
+def test_a_forked_workloads_csv_missing_a_row_is_named(tmp_path, monkeypatch):
+    from kvlib.engines import workloads
+
+    path = _fork_workloads(tmp_path, monkeypatch, lambda lines: [
+        line for line in lines if not line.startswith("sharegpt,mean_output_tokens,")])
+    with pytest.raises(ValueError) as info:
+        workloads.sharegpt(5)
+    assert str(info.value) == (f"{path} has no row with name sharegpt and stat "
+                               "mean_output_tokens")
+    assert str(path).endswith("data/workloads.csv")
+    assert workloads.alpaca(3).shape == (3, 2)  # the alpaca rows are still there
+
+
+def test_a_forked_workloads_csv_value_out_of_range_is_named(tmp_path, monkeypatch):
+    from kvlib.engines import workloads
+
+    path = _fork_workloads(tmp_path, monkeypatch, lambda lines: [
+        line.replace("sharegpt,mean_output_tokens,337.99,", "sharegpt,mean_output_tokens,5000,")
+        for line in lines])
+    with pytest.raises(ValueError) as info:
+        workloads.sharegpt(5)
+    assert str(info.value) == (f"{path} line 3 (sharegpt, mean_output_tokens): 5000 tokens must "
+                               "lie strictly inside [4, 1,024] (sharegpt min_tokens, "
+                               "max_prompt_tokens)")
+    path = _fork_workloads(tmp_path / "b", monkeypatch, lambda lines: [
+        line.replace("sharegpt,min_tokens,4,", "sharegpt,min_tokens,4.5,") for line in lines])
+    with pytest.raises(ValueError, match=r"line 8 \(sharegpt, min_tokens\): 4.5 must be a whole "
+                                         r"number of tokens >= 1$"):
+        workloads.alpaca(5)
+    monkeypatch.delenv("KVLIB_DATA")  # the package's data again, read afresh
+    assert workloads.sharegpt_dists()[1].mean() == pytest.approx(337.99)
+
+
+# --- prompt workloads (kvlib.engines.prompts): seeds, lengths and flags named ----------------
+
+@pytest.mark.parametrize("call, message", [
+    (lambda P: P.system_prompt_chat(5, seed=-1), "seed must be >= 0, got -1"),
+    (lambda P: P.multi_turn_chat(2, seed=1.5), "seed must be an integer, got 1.5"),
+    (lambda P: P.system_prompt_chat(5, user_tokens=0), "user_tokens must be >= 1, got 0"),
+    (lambda P: P.system_prompt_chat(5, output_tokens=2.5),
+     "output_tokens must be an integer, got 2.5"),
+    (lambda P: P.system_prompt_chat(5, dynamic_first="no"),
+     "dynamic_first must be True or False, got 'no'"),
+    (lambda P: P.multi_turn_chat(2, user_tokens=-3), "user_tokens must be >= 1, got -3"),
+    (lambda P: P.multi_turn_chat(2, geometric_turns=1),
+     "geometric_turns must be True or False, got 1"),
+    (lambda P: P.few_shot(3, shot_tokens=0), "shot_tokens must be >= 1, got 0"),
+    (lambda P: P.few_shot(3, system_tokens=-1), "system_tokens must be >= 0, got -1"),
+    (lambda P: P.rag(3, doc_tokens=1.5), "doc_tokens must be an integer, got 1.5"),
+    (lambda P: P.agent_loop(2, observation_tokens=0), "observation_tokens must be >= 1, got 0"),
+    (lambda P: P.agent_loop(2, shuffle_tools=None), "shuffle_tools must be True or False, got None"),
+])
+def test_a_bad_prompt_workload_argument_is_named_in_one_line(call, message):
+    from kvlib.engines import prompts
+
+    with pytest.raises(ValueError) as info:
+        call(prompts)
+    assert str(info.value) == message

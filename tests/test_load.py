@@ -129,8 +129,10 @@ def test_measured_error_table_by_band() -> None:
 def test_bench_serve_uses_the_deployments_own_engine():
     # a request longer than the pool (its last token is never cached: 499,999 tokens) is refused
     # in the engine's own pages: SGLang's 1-token pages (419,358 tokens on one H100 for
-    # Llama-3.1-8B), TensorRT-LLM's 32-token blocks
-    sg = kvlib.Deployment("llama-3.1-8b", "h100-sxm", engine="sglang")
+    # Llama-3.1-8B), TensorRT-LLM's 32-token blocks (past the model's 131,072-token context:
+    # allowed explicitly, as VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it)
+    sg = kvlib.Deployment("llama-3.1-8b", "h100-sxm", engine="sglang",
+                          allow_long_max_model_len=True)
     with pytest.raises(ValueError, match=r"needs 499,999 blocks of 1; the pool has 419,358$"):
         load.bench_serve(sg, [[499_999, 1]])
     with pytest.raises(ValueError, match=r"blocks of 32; the pool has"):
@@ -166,3 +168,111 @@ def test_saturated_rate_counts_tokens_not_completions_of_a_wave():
                      itl_s=np.array([1.0]), itl_weight=np.array([9 * n]), preemptions=0,
                      steps=20, duration_s=20.0)
     assert load.saturated_rps(run) == pytest.approx(1.0)
+
+
+# --- input validation: a one-line error naming the argument, never a hang or a wrong answer ---
+
+def test_a_tolerance_below_the_floor_is_refused_before_any_run() -> None:
+    # 1e-17: 1 + 1e-17 == 1 in float64, so the bisection's bounds never met and the search hung
+    reqs = workloads.fixed(100, 1024, 128)
+    for tol in (1e-17, 1e-7):
+        with pytest.raises(ValueError, match=r"^tolerance must be >= 1e-06, got .*never ends$"):
+            load.max_rate_at_slo(D8, reqs, kvlib.SLO(ttft_s=0.2), tolerance=tol)
+        with pytest.raises(ValueError, match=r"^tolerance must be >= 1e-06"):
+            load.max_rates_at_slos(D8, reqs, [kvlib.SLO(ttft_s=0.2)], tolerance=tol)
+    assert load.MIN_TOLERANCE == 1e-6
+
+
+def test_a_speculative_deployment_is_refused_as_serving_point_refuses_it() -> None:
+    spec = D8.with_(speculative="eagle:3:0.7")
+    reqs = workloads.fixed(10, 100, 10)
+    tail = "simulates decoding without speculation: for speculative decoding use " \
+           "kvlib.speculative_decode"
+    with pytest.raises(ValueError, match=f"^bench_serve {tail}$"):
+        load.bench_serve(spec, reqs, request_rate=5)
+    with pytest.raises(ValueError, match=f"^max_rate_at_slo {tail}$"):
+        load.max_rate_at_slo(spec, reqs, kvlib.SLO(ttft_s=0.2))
+    with pytest.raises(ValueError, match=f"^max_rates_at_slos {tail}$"):
+        load.max_rates_at_slos(spec, reqs, [kvlib.SLO(ttft_s=0.2)])
+    with pytest.raises(ValueError, match=f"^bench_serve {tail}$"):
+        load.rate_sweep(spec, reqs, [1.0])
+    with pytest.raises(ValueError, match="for speculative decoding use kvlib.speculative_decode"):
+        kvlib.serving_point(spec, input_tokens=100, output_tokens=10)
+
+
+def test_a_request_longer_than_the_engine_accepts_is_refused() -> None:
+    with pytest.raises(ValueError) as info:
+        load.bench_serve(D8, [[200_000, 10]], request_rate=5)
+    assert str(info.value) == ("request 0 (200,000 + 10 = 200,010 tokens) exceeds "
+                               "Llama-3.1-8B's maximum context of 131,072 tokens: vLLM refuses "
+                               "it (override with allow_long_max_model_len=True)")
+    with pytest.raises(ValueError) as info:
+        load.bench_serve(D8.with_(max_model_len=1000), [[10, 10], [990, 10], [2000, 10]],
+                         request_rate=5)
+    assert str(info.value) == ("request 2 (2,000 + 10 = 2,010 tokens) exceeds max_model_len "
+                               "1,000: vLLM refuses it")
+    # the first request over it is named; exactly max_model_len is served
+    run = load.bench_serve(D8.with_(max_model_len=1000), [[990, 10]] * 3, request_rate=5)
+    assert len(run.ttft_s) == 3
+    # allowed past the model's context, as VLLM_ALLOW_LONG_MAX_MODEL_LEN allows it
+    long = load.bench_serve(D8.with_(allow_long_max_model_len=True), [[200_000, 10]])
+    assert long.ttft_s[0] > 0
+    with pytest.raises(ValueError, match="exceeds Llama-3.1-8B's maximum context .* SGLang"):
+        load.bench_serve(D8.with_(engine="sglang"), [[131_000, 100]])
+
+
+def test_a_rate_so_low_that_send_times_lose_precision_is_refused() -> None:
+    # at 1e-200 requests/s every latency read 0.0 ms: t + 0.01 == t at t ~ 1e200 s
+    for rate in (1e-200, 1e-320):
+        with pytest.raises(ValueError, match=r"^request_rate .* past 1e\+09 s .*raise the rate$"):
+            load.bench_serve(D8, workloads.sharegpt(20), request_rate=rate)
+    with pytest.raises(ValueError, match="^request_rate"):
+        load.arrival_times(3, 1e-12, burstiness=math.inf)
+    # a low rate that stays within the bound is served with its latencies intact
+    slow = load.bench_serve(D8, workloads.fixed(3, 100, 10), request_rate=1e-8,
+                            burstiness=math.inf)
+    fast = load.bench_serve(D8, workloads.fixed(3, 100, 10), request_rate=1e-3,
+                            burstiness=math.inf)
+    np.testing.assert_allclose(slow.e2e_s, fast.e2e_s, rtol=1e-6)
+    assert (slow.e2e_s > 0).all()
+
+
+def test_slo_percentile_must_lie_in_0_exclusive_to_100() -> None:
+    for bad in (0, -1, 0.0):
+        with pytest.raises(ValueError, match=r"^percentile must lie in \(0, 100\], got"):
+            kvlib.SLO(ttft_s=2, percentile=bad)
+    assert kvlib.SLO(ttft_s=2, percentile=100).percentile == 100
+    assert kvlib.SLO(ttft_s=2, percentile=0.99).percentile == 0.99  # legal (p0.99), kept
+
+
+def test_every_method_needing_a_rate_says_no_rate_meets_the_slo() -> None:
+    never = load.max_rate_at_slo(D8, workloads.fixed(20, 100, 10), kvlib.SLO(tpot_s=1e-5))
+    assert never.rate_rps == 0
+    message = ("^no request rate meets this SLO on this deployment: a replica misses it even "
+               "with one request at a time$")
+    for call in (lambda: never.replicas_for(1), lambda: never.gpus_for(1),
+                 lambda: never.dollars_per_million_output(2.0),
+                 lambda: never.dollars_per_million_tokens(2.0),
+                 lambda: never.dollars_per_user_hour(2.0)):
+        with pytest.raises(ValueError, match=message):
+            call()
+    with pytest.raises(ValueError, match="dollars_per_gpu_hour"):  # the argument first
+        never.dollars_per_million_output(-1)
+
+
+def test_bench_serve_takes_a_model_and_a_gpu_keyword() -> None:
+    reqs = workloads.fixed(10, 100, 10)
+    by_keyword = load.bench_serve("llama-3.1-8b", reqs, request_rate=5, gpu="h100-sxm")
+    given = load.bench_serve(D8, reqs, request_rate=5)
+    np.testing.assert_array_equal(by_keyword.e2e_s, given.e2e_s)
+    with_tp = load.bench_serve("llama-3.1-8b", reqs, request_rate=5, gpu="h100-sxm", tp=1)
+    np.testing.assert_array_equal(with_tp.e2e_s, given.e2e_s)
+    with pytest.raises(TypeError, match="^a deployment needs a GPU"):
+        load.bench_serve("llama-3.1-8b", reqs, request_rate=5)
+    with pytest.raises(TypeError, match="^pass a Deployment alone, or a model and a GPU$"):
+        load.bench_serve(D8, reqs, request_rate=5, gpu="h100-sxm")
+
+
+def test_rate_sweep_names_a_rate_that_is_not_a_number() -> None:
+    with pytest.raises(ValueError, match="^rates must be a number, got '5'$"):
+        load.rate_sweep(D8, workloads.fixed(4, 100, 10), ["5"])

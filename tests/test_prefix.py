@@ -379,3 +379,27 @@ def test_vllm_block_cache_match_does_not_change_state():
 def test_public_names():
     assert kvlib.replay_prefix_cache is replay_prefix_cache
     assert kvlib.BlockTrace is BlockTrace
+
+
+def test_shared_prefix_ids_refuses_values_that_are_not_whole_numbers():
+    from kvlib.engines.prefix import shared_prefix_ids
+
+    # 16.7 and 64.9 tokens were truncated to 16 and 64 without a word; NaN failed deep in numpy
+    with pytest.raises(ValueError) as info:
+        shared_prefix_ids([0], [16.7], [64.9])
+    assert str(info.value) == "prefix_tokens must hold integers; value 0 is 16.7"
+    for args, message in [
+        (([0], [float("nan")], [64]), "prefix_tokens must hold integers; value 0 is nan"),
+        (([0, 0], [16, 16], [64, float("inf")]),
+         "prompt_tokens must hold integers; value 1 is inf"),
+        (([0.5], [16], [64]), "prefix_id must hold integers; value 0 is 0.5"),
+        ((["a"], [16], [64]), "prefix_id must hold integers; value 0 is 'a'"),
+        (([0], [True], [64]), "prefix_tokens must hold integers; value 0 is True"),
+        (([0, 0], [16, None], [64, 64]), "prefix_tokens must hold integers; value 1 is None"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            shared_prefix_ids(*args)
+        assert str(info.value) == message
+    # whole numbers, as floats or numpy integers, give the same ids as ints
+    assert shared_prefix_ids([0, 0], [16.0, 16.0], np.array([40, 70], dtype=np.int32)) == \
+        shared_prefix_ids([0, 0], [16, 16], [40, 70]) == [[0, 1], [0, 2, 3, 4]]

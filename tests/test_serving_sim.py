@@ -296,3 +296,13 @@ def test_reserve_output_admits_only_what_can_finish_and_never_preempts():
     table = run(many, pool_blocks=13 * 50, reserve_output=True)
     assert table.preemptions == 0 and np.isfinite(table.e2e_s).all()
     assert (np.sort(table.ttft_s)[:50] < 2 * MS).all() and (np.sort(table.ttft_s)[50:] > 99 * MS).all()
+
+
+def test_prefix_ids_must_be_integers_not_truncated():
+    # int(2.7) would have silently merged block 2.7 with block 2
+    base = run([[40, 2]] * 2, prefix_ids=[[0, 1], [0, 1]])
+    whole = run([[40, 2]] * 2, prefix_ids=[[0.0, 1.0], [np.int64(0), np.int32(1)]])
+    assert whole.cached_tokens.tolist() == base.cached_tokens.tolist()
+    for bad in (2.7, float("nan"), "1", True, None):
+        with pytest.raises(ValueError, match=r"^request 1: prefix_ids must hold integers, got "):
+            run([[40, 2]] * 2, prefix_ids=[[0, 1], [0, bad]])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import numbers
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -542,6 +543,26 @@ class VllmBlockPool:
                     self.unhashed += 1
 
 
+def _whole_numbers(name: str, values: ArrayLike) -> NDArray[np.int64]:
+    """``values`` flattened to int64: ValueError naming ``name`` and the first value that is not
+    a whole number (a fraction, NaN, an infinity, a bool, a string)."""
+    arr = np.asarray(values)
+    flat = arr.reshape(-1)
+    if arr.dtype.kind not in "iuf":
+        items = [x.item() if isinstance(x, np.generic) else x for x in flat.tolist()]
+        i = next((j for j, x in enumerate(items)
+                  if isinstance(x, bool) or not isinstance(x, numbers.Integral)), 0)
+        shown = repr(items[i]) if items else str(arr.dtype)
+        raise ValueError(f"{name} must hold integers; value {i} is {shown}")
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.isfinite(flat) & (flat == np.round(flat)) & (np.abs(flat) < 2.0**62))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name} must hold integers; value {i} is {float(flat[i])!r}")
+    return flat.astype(np.int64)
+
+
 def shared_prefix_ids(prefix_id: ArrayLike, prefix_tokens: ArrayLike, prompt_tokens: ArrayLike,
                       block_size: int = 16) -> list[list[int]]:
     """Ids of each request's full prompt blocks when requests with the same ``prefix_id``
@@ -550,8 +571,9 @@ def shared_prefix_ids(prefix_id: ArrayLike, prefix_tokens: ArrayLike, prompt_tok
     ``prefix_tokens`` 0 shares nothing. Ids are ≥ 0, chained like ``block_requests``' (equal
     at block j only when the first j + 1 blocks are equal)."""
     bs = positive_integer("block_size", block_size)
-    pid, shared, prompt = (np.asarray(x, dtype=np.int64).reshape(-1)
-                           for x in (prefix_id, prefix_tokens, prompt_tokens))
+    pid, shared, prompt = (_whole_numbers(name, x) for name, x in (
+        ("prefix_id", prefix_id), ("prefix_tokens", prefix_tokens),
+        ("prompt_tokens", prompt_tokens)))
     if not len(pid) == len(shared) == len(prompt):
         raise ValueError("prefix_id, prefix_tokens and prompt_tokens need one value per request")
     if (shared < 0).any() or (shared > prompt).any():

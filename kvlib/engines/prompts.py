@@ -67,7 +67,7 @@ class _Text:
     """Random token runs with lengths around a mean, from one seeded generator."""
 
     def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(integer("seed", seed))
 
     def length(self, mean: int) -> int:
         return int(self.rng.integers(max(1, mean // 2), max(1, mean // 2) + mean + 1))
@@ -77,6 +77,19 @@ class _Text:
 
     def text(self, mean: int) -> NDArray[np.int64]:
         return self.tokens(self.length(mean))
+
+
+def _flag(name: str, value: object) -> bool:
+    """``value`` if it is True or False (a numpy bool too): ValueError naming ``name`` else."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _lengths(minimum: int, **means: object) -> None:
+    """Check token counts: each an integer >= ``minimum`` (ValueError naming it)."""
+    for name, value in means.items():
+        integer(name, value, minimum)
 
 
 def _cat(*parts: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -94,6 +107,8 @@ def system_prompt_chat(n_requests: int, *, system_tokens: int = 1000, user_token
     n = positive_integer("n_requests", n_requests)
     positive_integer("system_tokens", system_tokens)
     integer("dynamic_tokens", dynamic_tokens)
+    _lengths(1, user_tokens=user_tokens, output_tokens=output_tokens)
+    _flag("dynamic_first", dynamic_first)
     t = _Text(seed)
     systems = [t.tokens(system_tokens) for _ in range(positive_integer("n_system_prompts",
                                                                        n_system_prompts))]
@@ -118,6 +133,9 @@ def multi_turn_chat(n_sessions: int, *, turns: int = 6, system_tokens: int = 100
     exponential think times, and requests arrive in time order."""
     n = positive_integer("n_sessions", n_sessions)
     positive_integer("turns", turns)
+    _lengths(0, system_tokens=system_tokens)
+    _lengths(1, user_tokens=user_tokens, output_tokens=output_tokens)
+    _flag("geometric_turns", geometric_turns)
     t = _Text(seed)
     systems = [t.tokens(system_tokens) for _ in range(positive_integer("n_system_prompts",
                                                                        n_system_prompts))]
@@ -147,6 +165,8 @@ def few_shot(n_requests: int, *, shots: int = 5, shot_tokens: int = 70, query_to
     pool = integer("pool", pool)
     if pool and pool < shots:
         raise ValueError(f"pool ({pool}) must hold at least shots ({shots}) examples")
+    _lengths(0, system_tokens=system_tokens)
+    _lengths(1, shot_tokens=shot_tokens, query_tokens=query_tokens, output_tokens=output_tokens)
     t = _Text(seed)
     system = t.tokens(system_tokens)
     examples = [t.text(shot_tokens) for _ in range(pool or shots)]
@@ -172,6 +192,9 @@ def rag(n_requests: int, *, n_documents: int = 200, docs_per_request: int = 4,
     if order not in ("retrieval", "canonical"):
         raise ValueError(f"order must be 'retrieval' or 'canonical', got {order!r}")
     weights = 1.0 / np.arange(1, n_docs + 1) ** number("zipf", zipf, minimum=0)
+    _lengths(0, system_tokens=system_tokens)
+    _lengths(1, doc_tokens=doc_tokens, question_tokens=question_tokens,
+             output_tokens=output_tokens)
     t = _Text(seed)
     system = t.tokens(system_tokens)
     docs = [t.text(doc_tokens) for _ in range(n_docs)]
@@ -195,6 +218,10 @@ def agent_loop(n_sessions: int, *, steps: int = 8, system_tokens: int = 800, n_t
     hash order) instead of one fixed order. Runs interleave as in ``multi_turn_chat``."""
     n = positive_integer("n_sessions", n_sessions)
     steps = positive_integer("steps", steps)
+    _lengths(0, system_tokens=system_tokens)
+    _lengths(1, tool_tokens=tool_tokens, task_tokens=task_tokens, call_tokens=call_tokens,
+             observation_tokens=observation_tokens)
+    _flag("shuffle_tools", shuffle_tools)
     t = _Text(seed)
     system = t.tokens(system_tokens)
     tools = [t.text(tool_tokens) for _ in range(positive_integer("n_tools", n_tools))]

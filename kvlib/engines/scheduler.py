@@ -62,6 +62,7 @@ speculative decoding, KV connectors, ``long_prefill_token_threshold``, a waterma
 from __future__ import annotations
 
 import math
+import numbers
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -791,12 +792,23 @@ def _checked_prefix_ids(prefix_ids: Sequence[Sequence[int]], prompt: NDArray[np.
         raise ValueError(f"prefix_ids has {len(prefix_ids)} entries for {len(prompt)} requests")
     out = []
     for i, (ids, p) in enumerate(zip(prefix_ids, prompt.tolist())):
-        ids = [int(x) for x in ids]
+        ids = [x if type(x) is int else _block_id(i, x) for x in ids]
         if len(ids) != p // bs or (ids and min(ids) < 0):
             raise ValueError(f"request {i}: prefix_ids needs {p // bs} ids >= 0 (one per full "
                              f"{bs}-token block of its {p} prompt tokens), got {len(ids)}")
         out.append(ids)
     return out
+
+
+def _block_id(i: int, x: Any) -> int:
+    """One of request ``i``'s ``prefix_ids`` as an int: ValueError unless it is an integer (a
+    whole float too: ``int(2.7)`` would silently merge different blocks)."""
+    if not isinstance(x, bool) and isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) \
+            and x == int(x):
+        return int(x)
+    raise ValueError(f"request {i}: prefix_ids must hold integers, got {x!r}")
 
 
 class _PrefixEngine(_Engine):

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.checks import integer, number, positive_integer
-from ..deployment import Deployment
+from ..deployment import ENGINE_NAMES, Deployment
 from ..deployment import deployment as as_deployment
-from ..engines.capacity import NoKVMemory
+from ..engines.capacity import NoKVMemory, derived_max_model_len
 from ..engines.pools import engine_start
-from ..engines.scheduler import ServingRun, simulate_serving
+from ..engines.scheduler import ServingRun, check_serving_inputs, simulate_serving
 from ..speed.roofline import PREFILL_FIRST_ENGINES, StepTimer
 from .cost import cost_per_million_tokens
 
@@ -41,22 +41,37 @@ def _rate(name: str, value: Any) -> float:
     return number(name, value, positive=True)
 
 
+#: The latest send time ``arrival_times`` gives (s, about 32 years): float64 still resolves
+#: 0.12 µs there, so latencies of milliseconds keep their digits; a rate so low that the
+#: requests spread past it is refused (at 10⁻²⁰⁰ requests/s every latency would read 0).
+MAX_ARRIVAL_S = 1e9
+
+
 def arrival_times(n: int, request_rate: float, burstiness: float = 1.0,
                   seed: int = 0) -> np.ndarray:
     """Send times (s) of ``n`` requests at ``request_rate`` per second, as ``vllm bench serve``
     draws them: gaps from a gamma distribution of shape ``burstiness`` and mean 1 ÷ rate (the
     first request waits one gap too); an infinite rate sends every request at 0, an infinite
     burstiness spaces them evenly. Seeded: the same seed gives the same gaps at every rate, only
-    scaled, so latencies grow monotonically with the rate."""
+    scaled, so latencies grow monotonically with the rate. A rate that spreads the requests
+    past ``MAX_ARRIVAL_S`` is a ValueError."""
     n = positive_integer("requests", n)
     rate = _rate("request_rate", request_rate)
     shape = _rate("burstiness", burstiness)
     if rate == math.inf:
         return np.zeros(n)
-    if shape == math.inf:
-        return np.arange(1, n + 1) / rate
-    gaps = np.random.default_rng(integer("seed", seed, 0)).gamma(shape, 1.0 / shape, size=n)
-    return np.cumsum(gaps) / rate
+    with np.errstate(over="ignore"):
+        if shape == math.inf:
+            times = np.arange(1, n + 1) / rate
+        else:
+            gaps = np.random.default_rng(integer("seed", seed, 0)).gamma(shape, 1.0 / shape,
+                                                                         size=n)
+            times = np.cumsum(gaps) / rate
+    if not times[-1] <= MAX_ARRIVAL_S:
+        raise ValueError(f"request_rate {rate:g}/s spreads {n:,} requests over {times[-1]:.3g} s, "
+                         f"past {MAX_ARRIVAL_S:.0e} s (32 years), where float64 send times lose "
+                         "the precision of the latencies: raise the rate")
+    return times
 
 
 #: Engines that admit a request only when its whole prompt + output fits beside the running
@@ -64,6 +79,31 @@ def arrival_times(n: int, request_rate: float, burstiness: float = 1.0,
 #: defaults to ``GUARANTEED_NO_EVICT``, "only accepts new requests if they can complete without
 #: eviction"; TensorRT-LLM documentation, SchedulerConfig, 1.3.0rc27).
 RESERVING_ENGINES = ("tensorrt-llm",)
+
+
+def _refuse_speculation(d: Deployment, caller: str) -> None:
+    """ValueError for a speculative deployment: the load simulator decodes one token a step."""
+    if d.speculative is not None:
+        raise ValueError(f"{caller} simulates decoding without speculation: for speculative "
+                         "decoding use kvlib.speculative_decode")
+
+
+def _check_lengths(d: Deployment, prompt: np.ndarray, output: np.ndarray) -> None:
+    """ValueError naming the first request longer than the engine accepts: the deployment's
+    ``max_model_len``, else the model's maximum context (``derived_max_model_len``) unless
+    ``allow_long_max_model_len`` (the rule of ``serving_point``)."""
+    total = prompt + output
+    engine = ENGINE_NAMES[d.engine]
+    if d.max_model_len is not None:
+        limit, what, hint = d.max_model_len, f"max_model_len {d.max_model_len:,}", ""
+    else:
+        limit = None if d.allow_long_max_model_len else derived_max_model_len(d.model)
+        what = f"{d.model.name}'s maximum context of {limit or 0:,} tokens"
+        hint = " (override with allow_long_max_model_len=True)"
+    if limit is not None and (total > limit).any():
+        i = int(np.argmax(total > limit))
+        raise ValueError(f"request {i} ({int(prompt[i]):,} + {int(output[i]):,} = "
+                         f"{int(total[i]):,} tokens) exceeds {what}: {engine} refuses it{hint}")
 
 
 def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: float | None = None,
@@ -78,12 +118,19 @@ def bench_serve(deployment: Deployment | Any, requests: Any, *, request_rate: fl
     ``chunked_prefill_size`` prompt tokens alone (``simulate_serving(prefill_first=True)``);
     TensorRT-LLM (``RESERVING_ENGINES``) admits a request only when its whole output fits
     (``reserve_output``). ``prefix_ids`` (the ids of each prompt's full blocks,
-    ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching."""
-    d = _engine_deployment(as_deployment(deployment, None, **deployment_keywords)
-                           if deployment_keywords else as_deployment(deployment))
+    ``kvlib.engines.prefix.shared_prefix_ids``) turns on prefix caching. ``deployment`` may
+    be a model with ``gpu=`` and the deployment's keywords. A request longer than the engine
+    accepts (``max_model_len``, else the model's maximum context) and a speculative deployment
+    (``kvlib.speculative_decode`` prices those) are ValueErrors."""
+    gpu = deployment_keywords.pop("gpu", None)
+    d = _engine_deployment(as_deployment(deployment, gpu, **deployment_keywords)
+                           if deployment_keywords or gpu is not None
+                           else as_deployment(deployment))
+    _refuse_speculation(d, "bench_serve")
     reqs = np.asarray(requests)
     if reqs.ndim != 2 or reqs.shape[1] != 2 or len(reqs) == 0:
         raise ValueError("requests must be an (n, 2) array of prompt and output tokens")
+    _check_lengths(d, *check_serving_inputs(reqs, np.zeros(len(reqs)))[:2])
     if request_rate is None and concurrency is None:
         request_rate = math.inf
     sent = (arrival_times(len(reqs), request_rate, burstiness, seed) if request_rate is not None
@@ -177,9 +224,9 @@ def saturated_rps(run: ServingRun) -> float:
 
 @dataclass(frozen=True)
 class SLO:
-    """A latency target: the ``percentile`` (0–100) of time to first token within ``ttft_s`` and
-    of time per output token within ``tpot_s`` (seconds; None: no bound on it). A per-user speed
-    of 20 tokens/s is ``tpot_s=0.05``."""
+    """A latency target: the ``percentile`` (above 0, at most 100) of time to first token within
+    ``ttft_s`` and of time per output token within ``tpot_s`` (seconds; None: no bound on it). A
+    per-user speed of 20 tokens/s is ``tpot_s=0.05``."""
 
     ttft_s: float | None = None
     tpot_s: float | None = None
@@ -191,7 +238,8 @@ class SLO:
         for name in ("ttft_s", "tpot_s"):
             if getattr(self, name) is not None:
                 number(name, getattr(self, name), positive=True)
-        number("percentile", self.percentile, minimum=0, maximum=100)
+        if number("percentile", self.percentile, maximum=100) <= 0:
+            raise ValueError(f"percentile must lie in (0, 100], got {self.percentile!r}")
 
     def observed(self, run: ServingRun) -> tuple[float, float]:
         """The run's TTFT and TPOT at the percentile (seconds; TPOT over requests of 2 tokens or
@@ -235,12 +283,16 @@ class SLOCapacity:
     tolerance: float
     run: ServingRun | None
 
-    def replicas_for(self, target_rps: float) -> int:
-        """Replicas a peak of ``target_rps`` requests/s needs (ValueError when none suffices)."""
-        target = number("target_rps", target_rps, positive=True)
+    def _met(self) -> None:
+        """ValueError when no rate meets the SLO (``rate_rps`` 0): nothing to price or scale."""
         if self.rate_rps <= 0:
             raise ValueError("no request rate meets this SLO on this deployment: a replica "
                              "misses it even with one request at a time")
+
+    def replicas_for(self, target_rps: float) -> int:
+        """Replicas a peak of ``target_rps`` requests/s needs (ValueError when none suffices)."""
+        target = number("target_rps", target_rps, positive=True)
+        self._met()
         return math.ceil(target / self.rate_rps)
 
     def gpus_for(self, target_rps: float) -> int:
@@ -250,17 +302,20 @@ class SLOCapacity:
     def dollars_per_million_output(self, dollars_per_gpu_hour: float) -> float:
         """$ per 10⁶ output tokens at this load, every GPU-second charged to output tokens."""
         price = number("dollars_per_gpu_hour", dollars_per_gpu_hour, positive=True)
+        self._met()
         return cost_per_million_tokens(price * self.n_gpus, self.output_tokens_per_s)
 
     def dollars_per_million_tokens(self, dollars_per_gpu_hour: float) -> float:
         """$ per 10⁶ tokens, input and output together, at this load."""
         price = number("dollars_per_gpu_hour", dollars_per_gpu_hour, positive=True)
+        self._met()
         return cost_per_million_tokens(price * self.n_gpus,
                                        self.output_tokens_per_s + self.input_tokens_per_s)
 
     def dollars_per_user_hour(self, dollars_per_gpu_hour: float) -> float:
         """$ per hour of one user in flight: the replica's price ÷ the users it serves."""
         price = number("dollars_per_gpu_hour", dollars_per_gpu_hour, positive=True)
+        self._met()
         if self.concurrency <= 0:
             raise ValueError("no user is served within this SLO")
         return price * self.n_gpus / self.concurrency
@@ -275,9 +330,17 @@ def max_rate_at_slo(deployment: Deployment | Any, requests: Any, slo: SLO, *,
     with every request sent at once: no higher rate is sustained), to within ``tolerance`` (a
     share, e.g. 0.02).
     Latency grows with the rate for a fixed seed (the gaps only scale), so the search is
-    monotone; the same inputs give the same answer."""
+    monotone; the same inputs give the same answer. ``tolerance`` below ``MIN_TOLERANCE`` is a
+    ValueError."""
+    _refuse_speculation(as_deployment(deployment), "max_rate_at_slo")
     return max_rates_at_slos(deployment, requests, [slo], burstiness=burstiness, seed=seed,
                              tolerance=tolerance)[0]
+
+
+#: The finest ``tolerance`` of the rate search (a share): 1e-6 already costs ~23 bisection runs;
+#: finer ones only split rates whose runs the simulator cannot tell apart, and below float64's
+#: 2.2e-16 the bounds can never come that close, so the search would never end.
+MIN_TOLERANCE = 1e-6
 
 
 def max_rates_at_slos(deployment: Deployment | Any, requests: Any, slos: Any, *,
@@ -287,11 +350,16 @@ def max_rates_at_slos(deployment: Deployment | Any, requests: Any, slos: Any, *,
     every trial run between the searches (each search tries the same rates it would alone, so
     each answer is ``max_rate_at_slo``'s; searches that agree for a while cost one)."""
     d = _engine_deployment(as_deployment(deployment))
+    _refuse_speculation(d, "max_rates_at_slos")
     slos = list(slos)
     for slo in slos:
         if not isinstance(slo, SLO):
             raise TypeError(f"slo must be an SLO, got {type(slo).__name__}")
     tol = number("tolerance", tolerance, positive=True, maximum=1)
+    if tol < MIN_TOLERANCE:
+        raise ValueError(f"tolerance must be >= {MIN_TOLERANCE:g}, got {tolerance!r}: finer "
+                         "shares split rates the simulator cannot tell apart, and below 2.2e-16 "
+                         "the bisection never ends")
     reqs = np.asarray(requests)
     saturated = bench_serve(d, reqs, request_rate=math.inf)
     sat_rps = saturated_rps(saturated)
@@ -361,7 +429,8 @@ def rate_sweep(deployment: Deployment | Any, requests: Any, rates: Any, *,
     """``bench_serve`` at each request rate of ``rates`` (requests/s), one ``run_row`` each
     (column ``request_rate``)."""
     d = _engine_deployment(as_deployment(deployment))
-    return pd.DataFrame([run_row(bench_serve(d, requests, request_rate=float(r),
+    rates = [_rate("rates", r) for r in rates]
+    return pd.DataFrame([run_row(bench_serve(d, requests, request_rate=r,
                                              burstiness=burstiness, seed=seed,
                                              prefix_ids=prefix_ids),
-                                 request_rate=float(r)) for r in rates])
+                                 request_rate=r) for r in rates])
