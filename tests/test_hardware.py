@@ -1,7 +1,10 @@
 """GPUs and prices from data/: known datasheet figures, runtime totals, lookups and errors."""
 from __future__ import annotations
 
+import csv
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +13,7 @@ from kvlib.hardware.gpus import GPU, gpu_table, price_per_gpu_hour
 from kvlib.model.formats import weight_format
 from kvlib.core.units import GIB, MIB
 
+ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "l4",
             "a10g", "rtx-4090", "mi300x"]
 
@@ -98,3 +102,60 @@ def test_prices_are_dated_sourced_and_name_known_gpus():
 def test_price_lookup_is_unambiguous():
     with pytest.raises(KeyError, match="price rows match"):
         price_per_gpu_hour("h100-sxm", "AWS")  # several AWS rows: name the offering
+
+
+def test_a_gpu_built_in_code_is_held_to_the_data_file_bounds():
+    with pytest.raises(ValueError, match=r"^x: memory_bytes_runtime 999999999999999 is more than "
+                                         r"1% above memory_bytes_stated 85899345920$"):
+        GPU(slug="x", name="x", memory_bytes_stated=80 * GIB, memory_bytes_runtime=999999999999999)
+    with pytest.raises(ValueError, match="memory_bytes_nvml"):
+        GPU(slug="x", name="x", memory_bytes_stated=GIB, memory_bytes_nvml=2 * GIB)
+    with pytest.raises(ValueError, match="^x: vendor must be one of NVIDIA, AMD .*'Intel'$"):
+        GPU(slug="x", name="x", memory_bytes_stated=GIB, vendor="Intel")
+    with pytest.raises(ValueError, match="peer_bytes_per_s 9e\\+11 is above link_bytes_per_s"):
+        GPU(slug="x", name="x", memory_bytes_stated=GIB, link_bytes_per_s=4.5e11,
+            peer_bytes_per_s=9e11)
+    # a total just below the stated size (the data's), and no vendor (a custom part), are fine
+    assert GPU(slug="x", name="x", memory_bytes_stated=80 * GIB,
+               memory_bytes_runtime=79 * GIB).usable_memory_bytes == 79 * GIB
+
+
+@pytest.fixture()
+def forked(tmp_path, monkeypatch):
+    """A copy of data/ that ``KVLIB_DATA`` points at."""
+    shutil.copytree(ROOT / "data", tmp_path / "data")
+    monkeypatch.setenv("KVLIB_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def test_forked_allreduce_rows_must_name_known_gpus(forked):
+    from kvlib.hardware import gpus
+    path = forked / "allreduce.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next(i for i, line in enumerate(lines) if ",h100-sxm," in line)
+    lines[at] = lines[at].replace(",h100-sxm,", ",h100-smx,", 1)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    gpus.allreduce_latency.cache_clear()  # cached per (GPU, group size): read the fork
+    try:
+        with pytest.raises(ValueError) as err:
+            gpus.allreduce_latency("h100-sxm", 2)
+    finally:
+        gpus.allreduce_latency.cache_clear()
+    assert str(err.value) == (f"{path}: line {at + 1}, column gpu_slug names GPUs missing from "
+                              "data/gpus.csv: ['h100-smx']")
+
+
+def test_a_forked_gpu_file_may_leave_out_columns_it_does_not_require(forked):
+    # a reader's own gpus.csv with only the required columns (and a bandwidth) still loads
+    path = forked / "gpus.csv"
+    keep = ["slug", "name", "vendor", "memory_bytes_stated", "memory_stated_as", "source_url",
+            "accessed", "hbm_bytes_per_s"]
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = [{k: row[k] for k in keep} for row in csv.DictReader(f)]
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, keep, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    g = kvlib.load_gpu("h100-sxm")
+    assert g.usable_memory_bytes == 80 * GIB and g.bandwidth() == 3.35e12
+    assert g.notes == "" and g.link_bytes_per_s is None

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ import kvlib
 from kvlib.serve import prefix_cost
 from kvlib.engines import prompts
 from kvlib.core.units import KIB, MIB
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_no_hit_is_the_plain_prefill():
@@ -90,3 +94,52 @@ def test_workloads_are_seeded_and_share_what_they_say():
         prompts.rag(5, order="random")
     with pytest.raises(ValueError, match="pool"):
         prompts.few_shot(5, shots=4, pool=2)
+
+
+@pytest.fixture()
+def forked(tmp_path, monkeypatch):
+    """A copy of data/ that ``KVLIB_DATA`` points at."""
+    shutil.copytree(ROOT / "data", tmp_path / "data")
+    monkeypatch.setenv("KVLIB_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def _set_cached_price(path: Path, model: str, cached: str) -> int:
+    """Set ``model``'s cached-input price in ``path``; return the row's line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"OpenAI,{model},"))
+    cells = lines[at].split(",", 5)
+    lines[at] = ",".join(cells[:4] + [cached] + cells[5:])
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return at + 1
+
+
+def test_a_forked_cached_price_above_the_input_price_is_refused(forked):
+    # the user trial: $5 cached against $2.50 uncached made cached_share 2.0 (a −100% discount)
+    assert prefix_cost.cached_share("OpenAI", "gpt-4o-2024-08-06") == 0.5  # read once
+    path = forked / "cached_input_prices.csv"
+    line = _set_cached_price(path, "gpt-4o-2024-08-06", "5")
+    with pytest.raises(ValueError) as err:
+        prefix_cost.cached_share("OpenAI", "gpt-4o-2024-08-06")
+    assert str(err.value) == (
+        f"{path}: line {line}, column cached_input_dollars_per_million: 5 is above "
+        "input_dollars_per_million 2.50 (a cached read would cost more than an uncached one)")
+    # equal prices (no discount) and a free cache read are the bounds, and the fork is read anew
+    _set_cached_price(path, "gpt-4o-2024-08-06", "2.50")
+    assert prefix_cost.cached_share("OpenAI", "gpt-4o-2024-08-06") == 1.0
+    _set_cached_price(path, "gpt-4o-2024-08-06", "0")
+    assert prefix_cost.cached_share("OpenAI", "gpt-4o-2024-08-06") == 0.0
+
+
+def test_a_forked_cached_price_given_twice_is_refused(forked):
+    path = forked / "cached_input_prices.csv"
+    first = _set_cached_price(path, "gpt-4o-2024-08-06", "1.25")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text + "OpenAI,gpt-4o-2024-08-06,2025-06-01,2.50,1.00,,"
+                           "https://openai.com/api/pricing/,a later price\n", encoding="utf-8")
+    line = len(text.splitlines()) + 1
+    with pytest.raises(ValueError) as err:
+        prefix_cost.cached_share("OpenAI", "gpt-4o-2024-08-06")
+    assert str(err.value) == (f"{path}: line {line}, columns provider and model: OpenAI / "
+                              f"gpt-4o-2024-08-06 repeats line {first} (keep one price per "
+                              "provider and model)")

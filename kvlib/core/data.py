@@ -215,6 +215,127 @@ def _band_row(row: Mapping[str, str]) -> str | None:
     return band_problem(low, high)
 
 
+def _cell_number(row: Mapping[str, str], col: str) -> float | None:
+    """The finite number in ``row[col]``; None when blank or not one (its cell check says so)."""
+    try:
+        x = float(row.get(col) or "")
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _relative_error(value: str) -> str | None:
+    """A ratio of two positive quantities less 1 (predicted ÷ measured − 1): above −1."""
+    if err := number()(value):
+        return err
+    if float(value) <= -1:
+        return f"{value} is not above -1 (a ratio of positive times, less 1)"
+    return None
+
+
+def _ttft_band_row(row: Mapping[str, str]) -> str | None:
+    """A TTFT band: ``low`` and ``high`` both filled or both empty, bounding the median."""
+    filled = [c for c in ("low", "high") if (row.get(c) or "").strip()]
+    if len(filled) == 1:
+        other = "high" if filled == ["low"] else "low"
+        return f"column {other}: is empty while {filled[0]} is filled (give both or neither)"
+    low, high, median = (_cell_number(row, c) for c in ("low", "high", "median"))
+    if low is None or high is None or median is None:
+        return None
+    if err := band_problem(low, high):
+        return err
+    if not low <= median <= high:
+        return f"column median: {median:g} is outside low {low:g} to high {high:g}"
+    return None
+
+
+#: The GPU vendors kvlib knows (``data/gpus.csv``'s ``vendor``): each has its case bands
+#: (``speed_case_bands.csv``) and engine rules; spelled exactly so.
+GPU_VENDORS = ("NVIDIA", "AMD")
+#: How far above the stated capacity a runtime or nvidia-smi total may lie (a share of it): the
+#: totals lie within ~0.5% below N × 2³⁰ on HBM parts and at ~93.7% on GDDR parts with ECC.
+MEMORY_ABOVE_STATED = 0.01
+#: The least share of the stated capacity a runtime or nvidia-smi total may be: far less is a
+#: total in other units (MiB, GB) than bytes.
+MEMORY_BELOW_STATED = 0.5
+_STATED_AS = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:GB|GiB)\b")
+
+
+def _gpu_memory_row(row: Mapping[str, str]) -> str | None:
+    """``memory_bytes_stated`` is the ``memory_stated_as`` figure read as GiB (when that starts
+    with "<N>GB"), and the runtime and nvidia-smi totals lie near it: at most
+    ``MEMORY_ABOVE_STATED`` above, at least ``MEMORY_BELOW_STATED`` of it."""
+    stated = _cell_number(row, "memory_bytes_stated")
+    if stated is None or stated <= 0:
+        return None
+    if m := _STATED_AS.match(row.get("memory_stated_as") or ""):
+        expected = float(m.group(1)) * 2**30
+        if stated != expected:
+            return (f"column memory_bytes_stated: {row['memory_bytes_stated']} is not the "
+                    f"{m.group(1)} GB of memory_stated_as read as {m.group(1)} × 2^30 = "
+                    f"{expected:.0f} bytes")
+    for col in ("memory_bytes_runtime", "memory_bytes_nvml"):
+        total = _cell_number(row, col)
+        if total is None or total <= 0:
+            continue
+        if total > stated * (1 + MEMORY_ABOVE_STATED):
+            return (f"column {col}: {row[col]} bytes is more than "
+                    f"{MEMORY_ABOVE_STATED:.0%} above memory_bytes_stated "
+                    f"{row['memory_bytes_stated']}")
+        if total < stated * MEMORY_BELOW_STATED:
+            return (f"column {col}: {row[col]} bytes is below {MEMORY_BELOW_STATED:.0%} of "
+                    f"memory_bytes_stated {row['memory_bytes_stated']} (is it in bytes?)")
+    return None
+
+
+def _gpu_link_row(row: Mapping[str, str]) -> str | None:
+    """The GPU-to-GPU bandwidth and the part of it reaching one peer: both or neither, and
+    the peer's part no larger than the whole."""
+    link_col = "interconnect_bytes_per_s_per_direction"
+    peer_col = "interconnect_peer_bytes_per_s_per_direction"
+    filled = [c for c in (link_col, peer_col) if (row.get(c) or "").strip()]
+    if len(filled) == 1:
+        other = peer_col if filled == [link_col] else link_col
+        return f"column {other}: is empty while {filled[0]} is filled (give both or neither)"
+    link, peer = _cell_number(row, link_col), _cell_number(row, peer_col)
+    if link is not None and peer is not None and peer > link:
+        return f"column {peer_col}: {row[peer_col]} is above {link_col} {row[link_col]}"
+    return None
+
+
+def _price_source_row(row: Mapping[str, str]) -> str | None:
+    """A filled ``source_url`` of a price is an http(s) URL; only an ``assumption`` row (a
+    price a text assumes) may name that text instead."""
+    value = (row.get("source_url") or "").strip()
+    if not value or row.get("pricing") == "assumption":
+        return None
+    return None if (err := _url(value)) is None else f"column source_url: {err}"
+
+
+def _cached_price_row(row: Mapping[str, str]) -> str | None:
+    """A cached-input price is at most the uncached input price (a discount of 0 to 100%)."""
+    cached = _cell_number(row, "cached_input_dollars_per_million")
+    full = _cell_number(row, "input_dollars_per_million")
+    if cached is None or full is None or full <= 0 or cached <= full:
+        return None
+    return (f"column cached_input_dollars_per_million: {row['cached_input_dollars_per_million']}"
+            f" is above input_dollars_per_million {row['input_dollars_per_million']} (a cached "
+            "read would cost more than an uncached one)")
+
+
+def _not_above(col: str, bound: str, why: str) -> Callable[[Mapping[str, str]], "str | None"]:
+    """A row check: ``col``, when it and ``bound`` hold numbers, is at most ``bound``."""
+    def check(row: Mapping[str, str]) -> str | None:
+        value, limit = _cell_number(row, col), _cell_number(row, bound)
+        if value is None or limit is None or value <= limit:
+            return None
+        return f"column {col}: {row[col]} is above {bound} {row[bound]} ({why})"
+    return check
+
+
+_TP_IN_GPUS = _not_above("tp", "n_gpus", "a tensor-parallel group spans at most the GPUs used")
+
+
 @dataclass(frozen=True)
 class Schema:
     """What every row of one CSV must hold.
@@ -223,7 +344,9 @@ class Schema:
     when the cell is not blank; unique: columns whose values may not repeat; source: the row
     must name its source in at least one of these columns (an http(s) URL, or for a
     free-text column any text); paired: (value column, source column) — a filled value needs
-    its source; rows: checks of a whole row (cells that must agree), run when its cells pass.
+    its source; rows: checks of a whole row (cells that must agree), run on every row (a cell
+    its own check refuses is skipped by them); an error that starts with ``column <name>:``
+    is reported as that column's.
     """
 
     required: Mapping[str, Check] = field(default_factory=dict)
@@ -265,7 +388,7 @@ class Schema:
                     yield f"line {line}: {value_col} is filled but {source_col} is empty"
             for check_row in self.rows:
                 if err := check_row(row):
-                    yield f"line {line}: {err}"
+                    yield f"line {line}{', ' if err.startswith('column ') else ': '}{err}"
 
 
 _COUNT, _POSITIVE_COUNT, _POSITIVE = integer(0), integer(1), number(positive=True)
@@ -288,24 +411,29 @@ PRICINGS = ("on-demand", "spot", "marketplace", "committed-1y", "committed-3y", 
 #: Every CSV under data/ (paths relative to it; ``claims/*.csv`` covers each claims file).
 SCHEMAS: dict[str, Schema] = {
     "gpus.csv": Schema(
-        required={"slug": SLUG_CELL, "name": TEXT, "vendor": TEXT,
+        required={"slug": SLUG_CELL, "name": TEXT, "vendor": choice(*GPU_VENDORS),
                   "memory_bytes_stated": _POSITIVE_COUNT, "memory_stated_as": TEXT,
                   "source_url": URL, "accessed": DATE},
         optional={"memory_bytes_runtime": _POSITIVE_COUNT, "memory_runtime_source": TEXT,
                   "memory_bytes_nvml": _POSITIVE_COUNT, "memory_nvml_source": TEXT,
                   "hbm_bytes_per_s": _POSITIVE, "bf16_dense_flops": _POSITIVE,
                   "fp8_dense_flops": _POSITIVE, "int8_dense_ops": _POSITIVE, "tdp_w": _POSITIVE,
-                  "compute_units": _POSITIVE_COUNT, "compute_units_source": TEXT},
+                  "compute_units": _POSITIVE_COUNT, "compute_units_source": TEXT,
+                  "interconnect_bytes_per_s_per_direction": _POSITIVE,
+                  "interconnect_peer_bytes_per_s_per_direction": _POSITIVE,
+                  "interconnect_source_url": URL},
         unique=("slug",), source=("source_url",),
         paired=(("memory_bytes_runtime", "memory_runtime_source"),
                 ("compute_units", "compute_units_source"),
-                ("memory_bytes_nvml", "memory_nvml_source"))),
+                ("memory_bytes_nvml", "memory_nvml_source"),
+                ("interconnect_bytes_per_s_per_direction", "interconnect_source_url")),
+        rows=(_gpu_memory_row, _gpu_link_row)),
     "prices.csv": Schema(
         required={"gpu": SLUG_CELL, "provider": TEXT, "offering": TEXT,
                   "pricing": choice(*PRICINGS),
                   "dollars_per_gpu_hour": _POSITIVE},
         optional={"date": DATE},
-        source=("source_url", "notes")),
+        source=("source_url", "notes"), rows=(_price_source_row,)),
     "engine_logs.csv": Schema(
         required={"id": SLUG_CELL, "engine": TEXT, "source_url": URL, "log_excerpt": TEXT,
                   "calibration": choice("fit", "validate", "weights", "history", "no")},
@@ -318,7 +446,8 @@ SCHEMAS: dict[str, Schema] = {
                   "gpu_slug": SLUG_CELL, "max_num_seqs": _POSITIVE_COUNT,
                   "total_gpu_memory_gib": _POSITIVE, "non_torch_gib": _NON_NEGATIVE,
                   "activation_peak_gib": _NON_NEGATIVE},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=(_TP_IN_GPUS,)),
     "throughput.csv": Schema(
         required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
                   "gpu": TEXT, "n_gpus": _POSITIVE_COUNT, "metric": TEXT, "value": _POSITIVE,
@@ -326,7 +455,8 @@ SCHEMAS: dict[str, Schema] = {
         optional={"tp": _POSITIVE_COUNT, "batch": _POSITIVE_COUNT,
                   "concurrency": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
                   "output_tokens": _POSITIVE_COUNT},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=(_TP_IN_GPUS,)),
     # the fresh validation set: never fitted, never used for a design choice (kvlib.fit.calibrate)
     "speed_fresh.csv": Schema(
         required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "engine": TEXT,
@@ -341,7 +471,8 @@ SCHEMAS: dict[str, Schema] = {
                   "ep": _POSITIVE_COUNT, "gpu_slug": SLUG_CELL,
                   "mean_input_tokens": _POSITIVE, "mean_output_tokens": _POSITIVE,
                   "dp_attention": choice("true", "false")},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=(_TP_IN_GPUS,)),
     "speculative.csv": Schema(
         required={"id": SLUG_CELL, "source": TEXT, "source_url": URL, "accessed": DATE,
                   "model_slug": SLUG_CELL,
@@ -353,7 +484,8 @@ SCHEMAS: dict[str, Schema] = {
                   "acceptance_length": number(minimum=1), "speedup": _POSITIVE,
                   "baseline": _POSITIVE, "speculative": _POSITIVE, "unit": TEXT, "notes": TEXT,
                   "draft_model": TEXT},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=(_not_above("acceptance_rate", "acceptance_rate_high", "the low end of a range"),)),
     "workloads.csv": Schema(
         required={"name": TEXT, "stat": TEXT, "value": _POSITIVE, "unit": TEXT,
                   "source_url": URL},
@@ -375,7 +507,8 @@ SCHEMAS: dict[str, Schema] = {
                   "vllm_reason": TEXT, "source_function": TEXT, "source_url": URL,
                   "accessed": DATE, "notes": TEXT},
         optional={"speculative_method": choice("mtp", "eagle", "eagle3", "ngram"),
-                  "min_pp": _POSITIVE_COUNT, "gpu_vendor": TEXT, "architectures": TEXT},
+                  "min_pp": _POSITIVE_COUNT, "gpu_vendor": choice(*GPU_VENDORS),
+                  "architectures": TEXT},
         source=("source_url",)),
     "engine_block_sizes.csv": Schema(
         required={"engine": TEXT, "version": TEXT, "parameter": TEXT,
@@ -401,7 +534,8 @@ SCHEMAS: dict[str, Schema] = {
                   "batch": _POSITIVE_COUNT, "input_tokens": _POSITIVE_COUNT,
                   "output_tokens": _POSITIVE_COUNT, "metric": TEXT, "value": _POSITIVE,
                   "unit": TEXT, "mode": TEXT},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=(_TP_IN_GPUS,)),
     "validation/throughput_mapping.csv": Schema(
         required={"throughput_id": SLUG_CELL, "model_slug": SLUG_CELL, "gpu_slug": SLUG_CELL,
                   "weight_dtype": TEXT, "kv_dtype": TEXT, "mode": TEXT,
@@ -410,8 +544,9 @@ SCHEMAS: dict[str, Schema] = {
     "allreduce.csv": Schema(
         required={"id": SLUG_CELL, "library": TEXT, "engine": TEXT, "gpu": TEXT,
                   "n_gpus": _POSITIVE_COUNT, "message_bytes": _POSITIVE_COUNT,
-                  "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE},
-        optional={"gpu_slug": SLUG_CELL},
+                  "latency_us": _POSITIVE, "source": TEXT, "source_url": URL, "accessed": DATE,
+                  "engine_version": TEXT, "cuda_graph": choice("yes", "no", "not stated"),
+                  "gpu_slug": SLUG_CELL},
         unique=("id",), source=("source_url",)),
     "alltoall.csv": Schema(
         required={"id": SLUG_CELL, "library": TEXT, "gpu": TEXT, "gpu_slug": SLUG_CELL,
@@ -428,7 +563,7 @@ SCHEMAS: dict[str, Schema] = {
         optional={"batch_range": TEXT}, rows=(_band_row,)),
     # written by kvlib.fit.calibrate.write_case_bands from throughput.csv (its sources per row)
     "speed_case_bands.csv": Schema(
-        required={"vendor": TEXT, "engine": TEXT, "family": TEXT, "tp": _COUNT,
+        required={"vendor": choice(*GPU_VENDORS), "engine": TEXT, "family": TEXT, "tp": _COUNT,
                   "batch_range": TEXT, "basis": choice("held-out", "leave-one-source-out"),
                   "level": _COUNT, "held_out": _COUNT, "n": _POSITIVE_COUNT,
                   "median_abs_error": _NON_NEGATIVE, "low": number(), "high": number()},
@@ -437,11 +572,11 @@ SCHEMAS: dict[str, Schema] = {
         required={"gpu": SLUG_CELL, "engine": TEXT, "family": TEXT, "n": _POSITIVE_COUNT}),
     # written by kvlib.serve.measured.write_latency_summary from serving_benchmarks.csv
     "serving_latency_summary.csv": Schema(
-        required={"ttft_longer": number(), "ttft_n": _POSITIVE_COUNT, "tpot_error": number(),
-                  "tpot_n": _POSITIVE_COUNT}),
+        required={"ttft_longer": _relative_error, "ttft_n": _POSITIVE_COUNT,
+                  "tpot_error": _relative_error, "tpot_n": _POSITIVE_COUNT}),
     "speed_ttft_bands.csv": Schema(
-        required={"batch_range": TEXT, "n": _POSITIVE_COUNT, "median": number()},
-        optional={"low": number(), "high": number()}),
+        required={"batch_range": TEXT, "n": _POSITIVE_COUNT, "median": _relative_error},
+        optional={"low": number(), "high": number()}, rows=(_ttft_band_row,)),
     # written by kvlib.fit.terms.write_term_selection from throughput.csv and speed_fresh.csv
     "speed_term_selection.csv": Schema(
         required={"terms": TEXT, "step": choice("engine", "vendor", "shared"),
@@ -470,13 +605,16 @@ SCHEMAS: dict[str, Schema] = {
                   **{f"{stat}_{metric}_ms": _NON_NEGATIVE
                      for metric in ("ttft", "tpot", "itl", "e2e")
                      for stat in ("mean", "median", "p99")}},
-        unique=("id",), source=("source_url",)),
+        unique=("id",), source=("source_url",),
+        rows=tuple(_not_above(f"median_{metric}_ms", f"p99_{metric}_ms",
+                                    "a median is at most the 99th percentile")
+                         for metric in ("ttft", "tpot", "itl", "e2e"))),
     "cached_input_prices.csv": Schema(
         required={"provider": TEXT, "model": TEXT, "date": DATE,
                   "input_dollars_per_million": _POSITIVE,
                   "cached_input_dollars_per_million": _NON_NEGATIVE, "source_url": URL},
         optional={"cache_write_dollars_per_million": _POSITIVE},
-        source=("source_url",)),
+        source=("source_url",), rows=(_cached_price_row,)),
     "weight_checkpoints.csv": Schema(
         required={"model": SLUG_CELL, "weight_format": TEXT, "repository": TEXT,
                   "publisher": TEXT, "source_url": URL, "accessed": DATE},

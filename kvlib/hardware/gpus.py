@@ -9,6 +9,8 @@ bandwidth is per direction; the latency of one all-reduce comes from published m
 """
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.checks import integer, number, positive_integer
-from ..core.data import csv_path, resolve_slug
+from ..core.data import GPU_VENDORS, MEMORY_ABOVE_STATED, csv_path, resolve_slug
 
 @dataclass(frozen=True)
 class GPU:
@@ -28,10 +30,14 @@ class GPU:
     memory_bytes_nvml: the total nvidia-smi prints, None when unsourced;
     hbm_bytes_per_s: peak DRAM bandwidth (decimal bytes/s); bf16_dense_flops /
     fp8_dense_flops: peak dense tensor FLOP/s (None when unsupported or unsourced);
-    source: the datasheet URL; notes: caveats from the data row; vendor: "NVIDIA", "AMD";
+    source: the datasheet URL; notes: caveats from the data row; vendor: "NVIDIA", "AMD"
+    (``kvlib.core.data.GPU_VENDORS``) or "" (none: no vendor's engine rules or case bands);
     interconnect: the GPU-to-GPU link kind; link_bytes_per_s: one GPU's GPU-to-GPU bandwidth in
     one direction (decimal B/s, None when unsourced); peer_bytes_per_s: the part of it that
     reaches one peer (equal to it behind a switch, one link of a full mesh otherwise).
+    The runtime and nvidia-smi totals may not exceed the stated capacity by more than
+    ``kvlib.core.data.MEMORY_ABOVE_STATED`` (they lie just below it), nor the peer's
+    bandwidth the link's.
     """
 
     slug: str
@@ -61,6 +67,19 @@ class GPU:
             value = getattr(self, name)
             if value is not None:
                 number(f"{self.slug}: {name}", value, positive=True)
+        if self.vendor and self.vendor not in GPU_VENDORS:
+            raise ValueError(f"{self.slug}: vendor must be one of {', '.join(GPU_VENDORS)} (or "
+                             f"empty), got {self.vendor!r}")
+        for name in ("memory_bytes_runtime", "memory_bytes_nvml"):
+            value = getattr(self, name)
+            if value is not None and value > self.memory_bytes_stated * (1 + MEMORY_ABOVE_STATED):
+                raise ValueError(f"{self.slug}: {name} {value} is more than "
+                                 f"{MEMORY_ABOVE_STATED:.0%} above memory_bytes_stated "
+                                 f"{self.memory_bytes_stated}")
+        if (self.link_bytes_per_s is not None and self.peer_bytes_per_s is not None
+                and self.peer_bytes_per_s > self.link_bytes_per_s):
+            raise ValueError(f"{self.slug}: peer_bytes_per_s {self.peer_bytes_per_s:g} is above "
+                             f"link_bytes_per_s {self.link_bytes_per_s:g}")
 
     @property
     def usable_memory_bytes(self) -> int:
@@ -105,6 +124,26 @@ class GPU:
             raise ValueError(f"{self.slug}: no sourced GPU-to-GPU bandwidth in data/gpus.csv")
         integer("n_gpus", n_gpus, 2)
         return min(self.link_bytes_per_s, self.peer_bytes_per_s * (n_gpus - 1))
+
+
+def _unknown_gpus(path: Path, column: str, known: Iterable[str]) -> None:
+    """ValueError naming ``path``, the line of its first row whose ``column`` names a GPU not
+    in ``known`` (the slugs of ``data/gpus.csv``), and every such GPU; nothing when none does."""
+    slugs = set(known)
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        unknown = [(reader.line_num, value) for row in reader
+                   if (value := (row.get(column) or "").strip()) and value not in slugs]
+    if unknown:
+        names = sorted({value for _, value in unknown})
+        raise ValueError(f"{path}: line {unknown[0][0]}, column {column} names GPUs missing from "
+                         f"data/gpus.csv: {names}")
+
+
+@lru_cache(maxsize=None)
+def _gpu_refs_checked(path: Path, mtime_ns: int, size: int, column: str,
+                      known: frozenset[str]) -> None:
+    _unknown_gpus(path, column, known)
 
 
 def _int_or_none(value: str) -> int | None:
@@ -152,17 +191,20 @@ def resolve_gpu(gpu: GPU | str) -> GPU:
 
 def _gpu(slug: str, path: Path, mtime: float) -> GPU:
     row = _gpu_rows(path, mtime).loc[slug]
+
+    def cell(column: str) -> str:  # a column the schema does not require may be left out
+        return row.get(column, "")
     return GPU(slug=slug, name=row["name"], memory_bytes_stated=int(row["memory_bytes_stated"]),
-               memory_bytes_runtime=_int_or_none(row["memory_bytes_runtime"]),
-               memory_bytes_nvml=_int_or_none(row["memory_bytes_nvml"]),
-               hbm_bytes_per_s=_float_or_none(row["hbm_bytes_per_s"]),
-               bf16_dense_flops=_float_or_none(row["bf16_dense_flops"]),
-               fp8_dense_flops=_float_or_none(row["fp8_dense_flops"]),
-               source=row["source_url"], notes=row["notes"], vendor=row["vendor"],
-               interconnect=row["interconnect"],
-               link_bytes_per_s=_float_or_none(row["interconnect_bytes_per_s_per_direction"]),
-               peer_bytes_per_s=_float_or_none(row["interconnect_peer_bytes_per_s_per_direction"]),
-               compute_units=_int_or_none(row.get("compute_units", "")))
+               memory_bytes_runtime=_int_or_none(cell("memory_bytes_runtime")),
+               memory_bytes_nvml=_int_or_none(cell("memory_bytes_nvml")),
+               hbm_bytes_per_s=_float_or_none(cell("hbm_bytes_per_s")),
+               bf16_dense_flops=_float_or_none(cell("bf16_dense_flops")),
+               fp8_dense_flops=_float_or_none(cell("fp8_dense_flops")),
+               source=row["source_url"], notes=cell("notes"), vendor=row["vendor"],
+               interconnect=cell("interconnect"),
+               link_bytes_per_s=_float_or_none(cell("interconnect_bytes_per_s_per_direction")),
+               peer_bytes_per_s=_float_or_none(cell("interconnect_peer_bytes_per_s_per_direction")),
+               compute_units=_int_or_none(cell("compute_units")))
 
 
 #: Largest message (bytes) whose all-reduce time is read as latency: below it the published
@@ -215,9 +257,16 @@ def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
     integer("n_gpus", n_gpus, 2)
     g = load_gpu(gpu)
     path = csv_path("allreduce.csv")
-    rows = _allreduce_rows(path, path.stat().st_mtime)
+    stat = path.stat()
     table = gpu_table()
-    same_link = [s for s in table.index if table.loc[s, "interconnect"] == g.interconnect]
+    _gpu_refs_checked(path, stat.st_mtime_ns, stat.st_size, "gpu_slug", frozenset(table.index))
+    rows = _allreduce_rows(path, stat.st_mtime)
+    if rows.empty:
+        raise ValueError(f"{path}: no row times an engine's all-reduce (graph-captured or not "
+                         f"stated, shipped) of at most {LATENCY_MESSAGE_BYTES} bytes: "
+                         "kvlib reads the latency from those")
+    links = table["interconnect"] if "interconnect" in table else pd.Series("", table.index)
+    same_link = [s for s in table.index if links[s] == g.interconnect]
     own = rows[rows["gpu_slug"] == g.slug]
     if not own.empty:
         sel, where = own, f"measured on {g.name}"
@@ -238,12 +287,13 @@ def allreduce_latency(gpu: str, n_gpus: int) -> AllReduceLatency:
 
 def load_prices() -> pd.DataFrame:
     """``data/prices.csv``: dated $/GPU-hour rows with their source (one row per offer; every
-    row checked by ``kvlib.core.data``: a positive price, a date, a source)."""
+    row checked by ``kvlib.core.data``: a positive price, a date, a source; and a GPU of
+    ``data/gpus.csv``, else a ValueError naming the line)."""
     path = csv_path("prices.csv")
     prices = pd.read_csv(path, keep_default_na=False, dtype={"date": str})
-    unknown = sorted(set(prices["gpu"]) - set(gpu_slugs()))
-    if unknown:
-        raise ValueError(f"data/prices.csv names GPUs missing from data/gpus.csv: {unknown}")
+    slugs = gpu_slugs()
+    if not set(prices["gpu"]) <= set(slugs):
+        _unknown_gpus(path, "gpu", slugs)  # the line and every unknown GPU
     return prices
 
 
