@@ -21,6 +21,7 @@ from .core.checks import number, positive_integer
 from .core.data import csv_path
 from .core.units import GIB
 from .hardware.gpus import GPU, resolve_gpu
+from .model.checkpoints import checkpoint_weight_format
 from .model.formats import KVFormat, WeightFormat, kv_format, weight_format
 from .model.model import Model
 from .model.registry import resolve_model
@@ -127,7 +128,8 @@ def _minor(version: str) -> str:
 
 def vllm_release(version: str) -> tuple[int, ...] | None:
     """(major, minor, patch) of a version string as logs print it ("0.15.2rc1.dev93+g11a…",
-    "v0.2.x", "0.5.4 (docker)"); None when it names no release ("main, 2024-12-13")."""
+    "v0.2.x", "0.5.4 (docker)"); a release named without its patch is its first ("0.21" is
+    0.21.0); None when it names no release ("main, 2024-12-13")."""
     return _release(str(version))
 
 
@@ -136,13 +138,29 @@ def _release(version: str) -> tuple[int, ...] | None:
     found = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
     if not found:
         return None
-    return tuple(int(x) for x in found.groups() if x is not None)
+    major, minor, patch = found.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def _release_columns(name: str, rows: list[dict[str, str]], required: tuple[str, ...] = ()
+                     ) -> list[dict[str, str]]:
+    """``rows`` of data file ``name`` once each ``since_version`` / ``until_version`` is empty
+    (no bound; not for a column in ``required``) or names a release; ValueError naming the
+    file, line and column otherwise."""
+    for line, r in enumerate(rows, start=2):
+        for column in ("since_version", "until_version"):
+            value = r.get(column) or ""
+            if (value or column in required) and vllm_release(value) is None:
+                raise ValueError(f"{name} line {line}, column {column}: {value!r} names no "
+                                 "vLLM release (give e.g. 0.19.0)")
+    return rows
 
 
 @lru_cache(maxsize=1)
 def vllm_rule_rows() -> tuple[VLLMMemoryRules, ...]:
     """Every row of ``data/vllm_memory_rules.csv``, in file order."""
     with open(csv_path("vllm_memory_rules.csv"), newline="", encoding="utf-8") as f:
+        rows = _release_columns("vllm_memory_rules.csv", list(csv.DictReader(f)))
         return tuple(VLLMMemoryRules(
             since=r["since_version"], until=r["until_version"], runner=r["model_runner"],
             default_for=r["default_for"], architectures=tuple(r["default_architectures"].split()),
@@ -151,7 +169,7 @@ def vllm_rule_rows() -> tuple[VLLMMemoryRules, ...]:
             sampler_term=r["sampler_term"],
             sampler_state_in_profile=r["sampler_state_in_profile"] == "true",
             activation_profile=r["activation_profile"],
-            tp_buffers=r["tp_buffers"], source=r["source_url"]) for r in csv.DictReader(f))
+            tp_buffers=r["tp_buffers"], source=r["source_url"]) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -177,11 +195,13 @@ class VLLMFallback:
 def vllm_fallback_rows() -> tuple[VLLMFallback, ...]:
     """Every row of ``data/vllm_runner_fallbacks.csv``, in file order."""
     with open(csv_path("vllm_runner_fallbacks.csv"), newline="", encoding="utf-8") as f:
+        rows = _release_columns("vllm_runner_fallbacks.csv", list(csv.DictReader(f)),
+                                required=("since_version", "until_version"))
         return tuple(VLLMFallback(
             since=r["since_version"], until=r["until_version"], feature=r["feature"],
             speculative_method=r["speculative_method"], min_pp=int(r["min_pp"] or 1),
             gpu_vendor=r["gpu_vendor"], architectures=tuple(r["architectures"].split()),
-            reason=r["vllm_reason"], source=r["source_url"]) for r in csv.DictReader(f))
+            reason=r["vllm_reason"], source=r["source_url"]) for r in rows)
 
 
 def vllm_fallbacks(version: str, model: Model | str | None = None, *,
@@ -293,6 +313,9 @@ class Speculative:
         else:
             object.__setattr__(self, "acceptance", number("acceptance", a, minimum=0,
                                                           maximum=1))
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            raise ValueError(f"Speculative.model must name the draft checkpoint's repository, "
+                             f"got {self.model!r}")
         if self.method == "ngram" and self.draft_layers:
             raise ValueError("n-gram speculation has no draft layers")
         if self.draft_layers is not None and self.method != "ngram":
@@ -394,8 +417,10 @@ class Deployment:
     #: Expert-parallel degree: 1 (experts tensor-split), or tp × dp (vLLM's
     #: ``--enable-expert-parallel``: whole experts spread over every GPU of a stage).
     ep: int = 1
-    #: The weight format: a ``WeightFormat``, a format name ("fp8") or component → format.
-    weights: WeightFormat | str | Mapping[str, str] = "bf16"
+    #: The weight format: a ``WeightFormat``, a format name ("fp8") or component → format;
+    #: None: the format of the checkpoint the model's config describes (its
+    #: ``quantization_config``, else bf16: ``checkpoint_weight_format``).
+    weights: WeightFormat | str | Mapping[str, str] | None = None
     #: The KV-cache format: a ``KVFormat`` or its name ("bf16", "fp8", …; ``--kv-cache-dtype``).
     kv: KVFormat | str = "bf16"
     #: The serving engine, one of ``ENGINES``.
@@ -434,12 +459,21 @@ class Deployment:
         for name in _DEGREES:
             _degree(name, getattr(self, name))
         _check_parallel(self)
+        if self.weights is None:
+            object.__setattr__(self, "weights", checkpoint_weight_format(self.model))
         object.__setattr__(self, "weights", weight_format(self.weights))
         object.__setattr__(self, "kv", kv_format(self.kv))
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}")
+        if self.engine_version is not None and not isinstance(self.engine_version, str):
+            raise TypeError(f"engine_version must be a string such as '0.19.0', got "
+                            f"{self.engine_version!r}")
         if self.engine == "vllm" and self.engine_version is not None:
             vllm_memory_rules(self.engine_version)  # a release the rules cover
+        elif self.engine_version not in (None, ENGINE_VERSIONS[self.engine]):
+            raise ValueError(f"engine_version {self.engine_version!r}: kvlib models "
+                             f"{ENGINE_NAMES[self.engine]} at {ENGINE_VERSIONS[self.engine]} "
+                             "only")
         refused = engine_refusal(self.engine, self.gpu)
         if refused:
             raise ValueError(f"{refused}: choose engine vllm or sglang")

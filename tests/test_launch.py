@@ -108,12 +108,22 @@ def test_every_vllm_command_parses_back_to_its_deployment(vllm_parse):
     from vllm.config import CacheConfig, SchedulerConfig
     from vllm.config.cache import KV_CACHE_DTYPES
 
-    checked = set()
+    checked, started = set(), 0
     for d in GRID:
-        command = launch_command(d)
         r = d.resolved()
-        args = vllm_parse(command.argv)
         length = r.max_model_len or derived_max_model_len(r.model)  # None: vLLM derives it
+        try:  # vLLM starts with memory for a KV cache that holds one request of max_model_len
+            pool = kvlib.kv_pool(d)
+            starts = length is None or pool.max_concurrency(length) >= 1
+        except kvlib.NoKVMemory:
+            starts = False
+        if not starts:
+            with pytest.raises(ValueError, match="no memory left for the KV cache|vLLM refuses"):
+                launch_command(d)
+            continue
+        started += 1
+        command = launch_command(d)
+        args = vllm_parse(command.argv)
         sparse = any(isinstance(layer, kvlib.IndexerKeyLayer) for layer in r.model.layers)
         kv = ("fp8_ds_mla" if r.kv.name == "fp8 FlashMLA (DeepSeek-V3.2)"
               else "bfloat16" if sparse else VLLM_KV[r.kv.name])
@@ -137,6 +147,7 @@ def test_every_vllm_command_parses_back_to_its_deployment(vllm_parse):
                             max_num_batched_tokens=r.max_num_batched_tokens,
                             max_model_len=length or r.max_num_batched_tokens,
                             enable_chunked_prefill=True, is_encoder_decoder=False)
+    assert started > 200, started  # most of the grid starts; the rest is refused above
 
 
 #: Deployments beyond one tensor-parallel group: (model, tp, pp, dp, ep).
@@ -165,7 +176,8 @@ def test_parallel_commands_parse_back_to_their_layout(vllm_parse, slug, tp, pp, 
 def test_long_context_sets_vllms_variable(vllm_parse):
     import vllm.envs
 
-    d = Deployment("llama-3.1-8b", "h100-sxm", max_model_len=1_000_000,
+    # four GPUs: a pool of a million tokens (one H100 holds 435,664)
+    d = Deployment("llama-3.1-8b", "h100-sxm", tp=4, max_model_len=1_000_000,
                    allow_long_max_model_len=True)
     command = launch_command(d)
     assert command.env == (("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1"),)
@@ -175,6 +187,9 @@ def test_long_context_sets_vllms_variable(vllm_parse):
     assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in note for note in command.notes)
     with pytest.raises(ValueError, match="maximum context"):
         launch_command(d.with_(allow_long_max_model_len=False))
+    with pytest.raises(ValueError, match="vLLM refuses to start: its KV pool holds 435,664 "
+                       "tokens, fewer than one request of --max-model-len 1,000,000"):
+        launch_command(d.with_(tp=1))
 
 
 def test_three_commands_by_hand():

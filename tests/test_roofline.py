@@ -61,8 +61,11 @@ def test_kv_reads_grow_with_batch_and_context():
 
 
 def test_windows_cap_kv_reads():
-    short = decode_step("mistral-7b-v0.1", "h100-sxm", batch=1, context_tokens=4095)
-    long = decode_step("mistral-7b-v0.1", "h100-sxm", batch=1, context_tokens=100_000)
+    # the record's config is a GPTQ conversion's: the weight format is given, not read from it
+    short = decode_step("mistral-7b-v0.1", "h100-sxm", batch=1, context_tokens=4095,
+                        weights="bf16")
+    long = decode_step("mistral-7b-v0.1", "h100-sxm", batch=1, context_tokens=100_000,
+                       weights="bf16")
     assert short.kv_bytes == long.kv_bytes  # every layer keeps W − 1 = 4,095 tokens
 
 

@@ -119,3 +119,25 @@ def test_check_against_published_speedups():
 def test_serving_point_refuses_speculation_it_does_not_time():
     with pytest.raises(ValueError, match="speculative_decode"):
         kvlib.serving_point(LLAMA, input_tokens=100, output_tokens=10)
+
+
+def test_draft_layers_beyond_the_checkpoints_mtp_layers_are_refused():
+    # DeepSeek-V3 ships one MTP layer (num_nextn_predict_layers 1): vLLM's MTP draft runs that
+    # layer and no other, so draft_layers=5 is not a draft it can build; the pool is not shrunk
+    five = DSV3.with_(speculative=Speculative("mtp", 1, 0.8, draft_layers=5))
+    with pytest.raises(ValueError, match=r"draft_layers=5: DeepSeek-V3 ships 1 "
+                                         r"multi-token-prediction layer \(num_nextn_predict_layers\)"):
+        draft_layer_count(five)
+    with pytest.raises(ValueError, match="draft_layers=5"):
+        kvlib.kv_pool(five)
+    one = DSV3.with_(speculative=Speculative("mtp", 1, 0.8, draft_layers=1))
+    assert draft_layer_count(one) == 1 and kvlib.kv_pool(one) == kvlib.kv_pool(DSV3)
+    # a checkpoint without MTP layers cannot be given some by draft_layers
+    with pytest.raises(ValueError, match="no multi-token-prediction layers"):
+        draft_layer_count(LLAMA.with_(speculative=Speculative("mtp", 1, 0.8, draft_layers=1)))
+
+
+@pytest.mark.parametrize("model", ["", "   ", 5, ["a/b"]])
+def test_a_draft_checkpoint_is_named_by_a_repository(model):
+    with pytest.raises(ValueError, match="Speculative.model must name the draft checkpoint"):
+        Speculative("eagle", 3, 0.7, model=model)

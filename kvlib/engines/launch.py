@@ -63,7 +63,7 @@ from ..deployment import DEFAULT_BLOCK_SIZE, ENGINE_NAMES, VLLM_VERSION, Deploym
 from ..model.checkpoints import checkpoint_repository
 from ..model.layers import IndexerKeyLayer
 from ..model.registry import model_slugs
-from . import sglang, tensorrt_llm
+from . import pools, sglang, tensorrt_llm
 from .capacity import check_max_model_len, derived_max_model_len
 
 #: kvlib's KV format name → each engine's ``--kv-cache-dtype`` (vLLM, SGLang) or
@@ -316,7 +316,9 @@ def launch_command(deployment: Deployment, *, repo: str | None = None) -> Launch
     checkpoint repository (needed for a model that is not in the registry).
 
     ValueError when no checkpoint in the deployment's weight format is recorded, when the
-    engine has no value for its KV format, or when the engine would refuse the settings."""
+    engine has no value for its KV format, or when the engine would refuse the settings: no
+    memory left for a KV cache (``NoKVMemory``), or, for vLLM, a pool shorter than one request
+    of ``--max-model-len`` tokens."""
     if not isinstance(deployment, Deployment):
         raise TypeError(f"launch_command takes a Deployment, got {type(deployment).__name__}")
     d = deployment.resolved()
@@ -324,7 +326,16 @@ def launch_command(deployment: Deployment, *, repo: str | None = None) -> Launch
         raise ValueError(f"speculative decoding is modelled for vLLM only, not {d.engine}")
     checkpoint = _repository(d, repo)
     if d.engine == "vllm":
-        return _vllm(d, checkpoint)
-    if d.engine == "sglang":
-        return _sglang(d, deployment, checkpoint)
-    return _trtllm(d, deployment, checkpoint)
+        command = _vllm(d, checkpoint)
+    elif d.engine == "sglang":
+        command = _sglang(d, deployment, checkpoint)
+    else:
+        command = _trtllm(d, deployment, checkpoint)
+    pool = pools.kv_pool(deployment)  # NoKVMemory where the engine has no memory for a cache
+    length = _context(d)[0]
+    if d.engine == "vllm" and length is not None and pool.max_concurrency(length) < 1:
+        # vllm/v1/core/kv_cache_planning.py, check_enough_kv_cache_memory
+        raise ValueError(f"vLLM refuses to start: its KV pool holds {pool.tokens:,} tokens, "
+                         f"fewer than one request of --max-model-len {length:,}; give a "
+                         "shorter max_model_len, more GPUs or a smaller format")
+    return command

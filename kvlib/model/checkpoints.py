@@ -2,7 +2,8 @@
 ``data/weight_checkpoints.csv`` lists in other formats — each with its Hugging Face repository.
 
 * ``published_weight_format``: the format the record's own checkpoint is stored in (its
-  config's ``quantization_config``, else bf16).
+  config's ``quantization_config``, else bf16); ``checkpoint_weight_format``, the same for a
+  ``Model`` (the weights a ``Deployment`` serves by default).
 * ``weight_choices``: that checkpoint first, then the rows of ``data/weight_checkpoints.csv``
   for the model (FP8, 4-bit AWQ, ...), each with its repository and source. A row in the
   record's own format names the post-trained (chat) checkpoint a launch command loads where the
@@ -22,6 +23,7 @@ import pandas as pd
 
 from ..core.data import csv_path, data_dir
 from .formats import WeightFormat, weight_format
+from .model import Model
 from .registry import load_model, model_record
 
 #: Checkpoint formats read from a config's ``quantization_config.quant_method`` → the weight
@@ -38,12 +40,20 @@ def published_weight_format(slug: str) -> str | dict[str, str]:
 
     Raises ValueError for a quantization method kvlib does not map (it never guesses bits).
     """
-    method = load_model(slug).architecture.quant_method
+    return checkpoint_weight_format(load_model(slug))
+
+
+def checkpoint_weight_format(model: Model) -> str | dict[str, str]:
+    """``published_weight_format`` of a ``Model`` (a registry record or one read from a
+    config.json): the format of the checkpoint its config describes — what a ``Deployment``
+    serves when no weight format is given."""
+    method = model.architecture.quant_method if model.architecture is not None else None
     if method is None:
         return "bf16"
     if method not in QUANT_FORMATS:
-        raise ValueError(f"{slug}: quantization method {method!r} has no kvlib weight format "
-                         f"(known: {', '.join(QUANT_FORMATS)}); pass weight_dtype explicitly")
+        raise ValueError(f"{model.name}: quantization method {method!r} has no kvlib weight "
+                         f"format (known: {', '.join(QUANT_FORMATS)}); give the weight format "
+                         "explicitly")
     fmt = QUANT_FORMATS[method]
     return dict(fmt) if isinstance(fmt, Mapping) else fmt
 

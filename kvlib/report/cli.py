@@ -229,7 +229,7 @@ _MODEL_FLAGS = {"--util": "util", "--context": "context", "--output-tokens": "ou
                 "--max-num-seqs": "max_num_seqs",
                 "--max-num-batched-tokens": "max_num_batched_tokens",
                 "--pp": "pp", "--dp": "dp", "--ep": "ep", "--engine-version": "engine_version"}
-_DEFAULTS = {"context": 8192, "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"}
+_DEFAULTS = {"context": 8192, "tp": 1, "kv_dtype": "bf16"}
 
 
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -284,7 +284,7 @@ def _fit(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     fraction = _memory_fraction(pool)
     engine = _engine_words(d)
     data = {"model": m.name, "gpu": args.gpu, "n_gpus": args.tp, "engine": d.engine,
-            "engine_version": _engine_release(d), "gpu_memory_utilization": fraction, "weight_dtype": args.weight_dtype,
+            "engine_version": _engine_release(d), "gpu_memory_utilization": fraction, "weight_dtype": d.weights.text,
             "kv_dtype": args.kv_dtype, "kv_bytes_per_gpu": pool.kv_bytes_per_gpu,
             "kv_tokens": pool.tokens, "context_tokens": args.context, "max_concurrency": conc,
             # the engine's memory left for the KV cache, or how far below zero it falls where
@@ -604,7 +604,7 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Requests/s one replica sustains within a latency target, and what that means."""
     from ..engines.workloads import random_lengths
     from ..serve import load
-    from .answer import slo_requests_for
+    from .answer import SLO_REQUESTS, slo_requests_for
 
     d = _deployment(_with_defaults(args))
     if _parallel(d):
@@ -618,8 +618,13 @@ def _slo(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         raise ValueError(f"--output-tokens must be between 1 and --context − 1, got {output}")
     # as the landing page by default: enough requests for a queue to settle
     n = slo_requests_for(d, args.context) if args.requests is None else args.requests
+    if n > 5 * SLO_REQUESTS[1]:  # a long search says so before it starts
+        print(f"kvlib: simulating {n:,} requests at each rate the search tries (10 or so); "
+              "this takes minutes", file=sys.stderr, flush=True)
     requests = random_lengths(n, args.context - output, output, args.range_ratio,
                               seed=args.seed)
+    # --context is the mean length: the engine is started for the longest request drawn
+    d = d.with_(max_model_len=max(args.context, int(requests.sum(axis=1).max())))
     cap = load.max_rate_at_slo(d, requests, slo, seed=args.seed)
     data: dict[str, Any] = {
         "model": d.model.name, "gpu": args.gpu, "n_gpus_per_replica": d.n_gpus,
@@ -722,7 +727,8 @@ def _deployment_flags(p: argparse.ArgumentParser) -> None:
                         "--enable-expert-parallel (default 1)")
     p.add_argument("--weight-dtype", default=None,
                    help="weight format: bf16, fp8, int4-g128, mxfp4, ..., or per component "
-                        "as experts=mxfp4 (default bf16)")
+                        "as experts=mxfp4 (default: the format of the checkpoint the model's "
+                        "config describes, bf16 for most)")
     p.add_argument("--kv-dtype", default=None, help="KV dtype (default bf16)")
     p.add_argument("--max-num-seqs", type=_integer(1), default=None,
                    help="most requests decoded together: vLLM's --max-num-seqs (default: vLLM's "

@@ -91,7 +91,7 @@ def _cached(kind: str, model: str, gpu: str, tp: int, weights: str, kv: str, n_r
 
 
 def _workload(model: str, gpu: str, n_requests: int, input_len: int, output_len: int,
-              tp: int = 1, weights: str = "bf16", kv: str = "bf16", range_ratio: float = 0.0,
+              tp: int = 1, weights: str | None = None, kv: str = "bf16", range_ratio: float = 0.0,
               seed: int = 0) -> tuple:
     return (model, gpu, int(tp), weights, kv, int(n_requests), int(input_len), int(output_len),
             float(range_ratio), int(seed))
