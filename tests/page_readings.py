@@ -26,7 +26,8 @@ WORKING_NOTES = ("not readable here", "not verified here", "not in our store", "
                  "publication date not seen")
 
 #: What a page looks like to a reader, in one pass: sideways scroll, charts outside the article
-#: column, visible working notes, pandas artefacts in table cells, charts drawn, code shown.
+#: column, display formulas wider than theirs, visible working notes, pandas artefacts in table
+#: cells, charts drawn, code shown.
 INSPECT = r"""notes => {
   const se = document.scrollingElement;
   const art = document.querySelector('article.bd-article');
@@ -53,6 +54,8 @@ INSPECT = r"""notes => {
           notes: notes.filter(n => text.includes(n)),
           rawPandas: art.querySelectorAll('table.dataframe').length,
           mathRendered: document.querySelectorAll('mjx-container').length,
+          wideFormulas: Array.from(document.querySelectorAll('mjx-container[display="true"]'))
+            .filter(m => m.scrollWidth > m.clientWidth + 1).length,
           chartErrors: (window.kvlibChartErrors || []).concat(window.kvlibCalculatorErrors || [])};
 }"""
 

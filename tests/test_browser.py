@@ -41,10 +41,10 @@ _AUTHOR_YEAR = re.compile(r".+, (\d{4}|n\.d\.)[a-z]?")
 
 def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, page_readings):
     """At 1,280 and 390 px: every page renders offline (charts drawn, formulas typeset, no
-    error, no request leaving the machine), nothing scrolls sideways, every chart lies inside
-    the article column, no working note shows, no table cell is a pandas artefact and every
-    bibliography label is author–year; no page shows more than ``MAX_VISIBLE_CODE_LINES`` lines
-    of unfolded code, and no unfolded cell glues or asserts."""
+    error, no request leaving the machine), nothing scrolls sideways (no display formula
+    either), every chart lies inside the article column, no working note shows, no table cell
+    is a pandas artefact and every bibliography label is author–year; no page shows more than
+    ``MAX_VISIBLE_CODE_LINES`` lines of unfolded code, and no unfolded cell glues or asserts."""
     every = pages(built_book)
     assert any(p.startswith("chapters/") for p in every), every
     read = [(r["page"], r["width"]) for r in page_readings]
@@ -58,6 +58,9 @@ def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, page_
         if seen["scrollWidth"] > seen["clientWidth"]:
             failures.append(f"{where}: scrolls sideways ({seen['scrollWidth']} px in "
                             f"{seen['clientWidth']})")
+        if seen["wideFormulas"]:
+            failures.append(f"{where}: {seen['wideFormulas']} display formulas wider than the "
+                            "column (they scroll sideways)")
         left, right = seen["col"]
         for c in seen["charts"]:
             if not c["drawn"]:
@@ -215,6 +218,7 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     """The calculator opens on kvlib's answer for the starting case at the GPU's market price;
     the price follows the GPU and the kind of offer; every other control changes the figures;
     a case that does not fit says why and what would; the CSV downloads resolve offline."""
+    from kvlib.fit import calibrate
     from kvlib.report import answer
 
     page = reader.open(f"{server}/chapters/00_answer.html")
@@ -236,6 +240,14 @@ def test_landing_calculator_prices_the_gpu_and_answers_every_choice(built_book, 
     # the speed tiles carry the held-out band under the model's figure, TTFT its caveat
     assert calc.locator("[data-kc=tps] .kc-range").inner_text().startswith("error band ")
     assert "a lower bound" in calc.locator("[data-kc=ttft]").inner_text()
+    # and what runs measured with as many requests in flight took: the model's TTFT ÷ (1 +
+    # the median error of its batch band)
+    band = calibrate.ttft_errors().set_index("batch_range").loc[calibrate.batch_range(
+        int(row["batch"]))]
+    said = re.fullmatch(r"runs measured like this took about ([\d.]+) s \(the median miss "
+                        r"applied\)", calc.locator("[data-kc=ttft] .kc-range").inner_text())
+    assert said and math.isclose(float(said[1]), row["ttft_s"] / (1 + band["median"]),
+                                 rel_tol=0.01)  # the page's figures carry 3-4 digits
     assert "0.92" in calc.locator("select[name=utilization]").locator("option").all_inner_texts()
     # under the figures, the command that starts the case; the same case under SGLang at its
     # default fraction (the menu then offers only that), and TensorRT-LLM where it does not run

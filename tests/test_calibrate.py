@@ -412,3 +412,16 @@ def test_error_by_gpu_and_family_cells():
     assert cells.loc["MLA-MoE", "gpu_name"] == "NVIDIA H100 SXM5 80GB"
     with pytest.raises(KeyError, match="error"):
         calibrate.error_by_gpu_and_family(res.drop(columns="error"))
+
+
+def test_fresh_band_coverage_sets_each_point_beside_its_case_band():
+    cov = calibrate.fresh_band_coverage()
+    assert len(cov) == len(calibrate.fresh_validation())
+    row = cov.iloc[0]
+    band = calibrate.case_band(row["model"], row["gpu"], row["engine"], int(row["tp"]),
+                               int(row["batch"]))
+    assert (row["band_low"], row["band_high"], row["band_basis"]) == (band.low, band.high,
+                                                                     band.basis)
+    assert (cov["inside"] == cov["error"].between(cov["band_low"], cov["band_high"])).all()
+    assert (cov["slower"] == (cov["error"] < cov["band_low"])).all()
+    assert not (cov["inside"] & cov["slower"]).any()

@@ -149,11 +149,13 @@ def test_parallel_pass_adds_only_its_own_terms():
 def test_checked_against_the_points_measured_with_those_settings():
     from kvlib.fit.parallel import parallel_validation
     v = parallel_validation()
-    assert len(v) == 49 and set(v["set"]) == {"fit set", "fresh set"}
+    assert len(v) == 61 and set(v["set"]) == {"fit set", "fresh set"}
     single = v[v["dp"] == 1]
     assert (single["parallel"] == single["single_group"]).all()  # nothing added at dp = pp = 1
     wide = v[v["dp"] > 1]
-    assert sorted(wide.index) == ["fr019", "fr063", "fr065", "fr103"]
+    # the SGLang cookbook's four, dstack's six (DeepSeek-R1 on 8 × H200, concurrency 4–128)
+    assert sorted(wide.index) == ["fr019", "fr063", "fr065", "fr103", "fr175", "fr177",
+                                  "fr179", "fr181", "fr183", "fr185"]
     assert (wide["parallel"] != wide["single_group"]).all()
 
 
@@ -162,8 +164,8 @@ def test_expert_imbalance_bound_is_the_untouched_experts_read():
     d = Deployment("deepseek-v3", "h200", tp=1, dp=8, ep=8, weights="fp8")
     # 58 MoE layers × 256 experts × 3·7168·2048 = 653,908,770,816 expert params, 1 byte in FP8,
     # ÷ 8 GPUs = 81,738,596,352 B each; 8 tokens leave (1 − 8/256)^8 = 0.775700 of them
-    # untouched: 63,404,619,361 B more at 4.8 TB/s × η_w 0.77 = 3.696e12 B/s → 17.155 ms
-    assert expert_imbalance_s(d, 8) == pytest.approx(81_738_596_352 * 0.96875 ** 8 / 3.696e12,
+    # untouched: 63,404,619,361 B more at 4.8 TB/s × η_w 0.76 = 3.648e12 B/s → 17.381 ms
+    assert expert_imbalance_s(d, 8) == pytest.approx(81_738_596_352 * 0.96875 ** 8 / 3.648e12,
                                                      rel=1e-6)
     assert expert_imbalance_s(d.with_(ep=1), 8) == 0.0  # tensor-split: no GPU is busiest
 
@@ -171,20 +173,26 @@ def test_expert_imbalance_bound_is_the_untouched_experts_read():
 def test_dp_attention_misses_are_the_sources_not_the_parallel_terms():
     from kvlib.fit.parallel import dp_attention_terms, parallel_validation
     t, v = dp_attention_terms(), parallel_validation()
-    assert sorted(t.index) == ["fr019", "fr063", "fr065", "fr103"]
+    cookbook, dstack = ["fr019", "fr063", "fr065", "fr103"], ["fr175", "fr177", "fr179",
+                                                              "fr181", "fr183", "fr185"]
+    assert sorted(t.index) == cookbook + dstack
     # every candidate term together (DeepEP or a doubled exchange, whichever is larger, plus
     # the imbalance bound) is far short of the gap measured − modelled
     worst = t[["deepep_s"]].join(2 * t["exchange_s"]).max(axis=1) + t["imbalance_s"]
     assert (worst < t["gap_s"]).all() and (worst < 6e-3).all()
-    # the same source's one-group points at the same concurrency (6 at 100, 12 at 1) miss too,
-    # by far at 100 requests; divided out, what is left is a smaller miss than the parallel
-    # model's own (median |error| 0.52 against 0.73), and still a large one on every point
-    at100 = [i for i in t.index if i != "fr063"]  # fr063 ran one request at a time
-    assert (t["same_source_n"] >= 6).all() and (t.loc[at100, "same_source_error"] < -0.3).all()
+    # the same source's one-group points at the same concurrency (the cookbook: 6 at 100, 12
+    # at 1; dstack: 3 at each, vLLM on H200 and MI300X, SGLang on MI300X) miss too, by far at
+    # 100 requests; divided out, what is left is a smaller miss than the parallel model's own,
+    # still a large one on each cookbook point and under 30% on each of dstack's
+    at100 = [i for i in cookbook if i != "fr063"]  # fr063 ran one request at a time
+    assert (t.loc[cookbook, "same_source_n"] >= 6).all()
+    assert (t.loc[dstack, "same_source_n"] == 3).all()
+    assert (t.loc[at100, "same_source_error"] < -0.3).all()
     left = (1 + v.loc[t.index, "parallel_error"]) / (1 + t["same_source_error"]) - 1
     assert t["beyond_source_error"].tolist() == pytest.approx(left.tolist())
     assert t["beyond_source_error"].abs().median() < v.loc[t.index, "parallel_error"].abs().median()
-    assert (t["beyond_source_error"] < -0.3).all()
+    assert (t.loc[cookbook, "beyond_source_error"] < -0.3).all()
+    assert (t.loc[dstack, "beyond_source_error"].abs() < 0.3).all()
 
 
 def _cli(*args: str):

@@ -54,7 +54,7 @@ def test_a_common_block_cost_is_paid_by_every_kind():
         return calibrate.Parts(weight=np.ones(1), weights_s=zero, kv_s=zero, compute_s=zero,
                                allreduce_s=zero, requests=np.ones(1), engine_key="vllm",
                                blocks=roofline.Blocks(attention, 0, 0, dense, moe), tp=1,
-                               numerator=0.0, batch=1)
+                               numerator=0.0, batch=1, attention_s=zero)
     points = {"dense": step(2, 2, 0), "moe": step(2, 0, 2), "deep": step(4, 4, 0)}
     eff = calibrate.fit(points, {"dense": 140e-6, "moe": 150e-6, "deep": 180e-6},
                         calibrate.Terms("common", step="vendor", blocks="common", tie_kv=True))

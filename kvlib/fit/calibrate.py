@@ -262,7 +262,8 @@ class Parts:
     allreduce_s: the all-reduces of each step; engine_key: for the engine's step and request
     costs; blocks: the model's blocks; tp: the tensor-parallel degree; numerator: 0 when the
     metric is seconds, else the tokens it divides (output tokens of a static batch); batch: the
-    decode batch used.
+    decode batch used; attention_s: the attention math of each step at η = 1 (part of
+    compute_s).
     """
 
     weight: np.ndarray
@@ -276,6 +277,7 @@ class Parts:
     tp: int
     numerator: float
     batch: int
+    attention_s: np.ndarray
 
     def seconds(self, eff: Efficiency) -> float:
         block = eff.block_overhead_s(self.blocks, self.tp)
@@ -283,7 +285,7 @@ class Parts:
         request = dict(eff.request_s).get(self.engine_key, 0.0)
         times = roofline.law_seconds(self.weights_s, self.kv_s, self.compute_s,
                                      step + block + request * self.requests,
-                                     self.allreduce_s, eff)
+                                     self.allreduce_s, eff, self.attention_s)
         return float((self.weight * times).sum())
 
     def predict(self, eff: Efficiency) -> float:
@@ -373,7 +375,8 @@ def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
                  allreduce_s=np.array([st.allreduce_s for _, st in steps]),
                  requests=np.array([float(st.requests) for _, st in steps]),
                  engine_key=roofline.engine_key(point["engine"], gpu), blocks=roofline.blocks(model),
-                 tp=tp, numerator=numerator, batch=batch)
+                 tp=tp, numerator=numerator, batch=batch,
+                 attention_s=np.array([st.attention_s for _, st in steps]))
 
 
 @lru_cache(maxsize=1)
@@ -442,7 +445,7 @@ class Terms:
     weight reads' share (η_kv = η_w) instead of a share of their own; requests: a cost per
     request a step schedules, ``"engine"`` (one per engine build), ``"vendor"`` (one per GPU
     vendor) or ``""`` (none); stages: a cost per block per doubling of the tensor-parallel
-    group (``Efficiency.stage_s``)."""
+    group (``Efficiency.stage_s``); law: how the legs combine (``roofline.LAWS``)."""
 
     name: str
     step: str = "engine"
@@ -450,6 +453,7 @@ class Terms:
     tie_kv: bool = False
     requests: str = ""
     stages: bool = False
+    law: str = "overlap"
 
     def __post_init__(self) -> None:
         if self.step not in STEP_TERMS:
@@ -458,6 +462,8 @@ class Terms:
             raise ValueError(f"Terms.blocks {self.blocks!r}: one of {', '.join(BLOCK_TERMS)}")
         if self.requests not in ("", "engine", "vendor"):
             raise ValueError(f"Terms.requests {self.requests!r}: 'engine', 'vendor' or ''")
+        if self.law not in roofline.LAWS:
+            raise ValueError(f"Terms.law {self.law!r}: one of {', '.join(roofline.LAWS)}")
 
     @property
     def constants(self) -> int:
@@ -521,11 +527,19 @@ TERM_SETS = (
           "and MoE blocks, a cost per doubling of the TP group, a cost per request per engine "
           "build, η_kv = η_w", step="vendor", blocks="common", tie_kv=True, requests="engine",
           stages=True),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per GPU "
+          "vendor, η_kv = η_w, the kernels of a step in sequence", step="vendor",
+          blocks="common", tie_kv=True, requests="vendor", stages=True, law="sequence"),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per engine "
+          "build, η_kv = η_w, the kernels of a step in sequence", step="vendor",
+          blocks="common", tie_kv=True, requests="engine", stages=True, law="sequence"),
 )
 #: The term set ``roofline.CALIBRATED`` is fitted with: the candidate of ``TERM_SETS``
 #: ``kvlib.fit.terms.choose_terms`` picks by leave-one-source-out median, a near tie going to
 #: the fewest constants (data/speed_term_selection.csv).
-CHOSEN_TERMS = TERM_SETS[9]
+CHOSEN_TERMS = TERM_SETS[11]
 
 
 def _cost_group(key: str, how: str) -> str:
@@ -581,16 +595,17 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
     y = np.array([measured[i] for i in ids], dtype=float)
     # every step of every point in one flat array; ``owner`` maps a step to its point
     owner = np.concatenate([np.full(len(p.weight), k) for k, p in enumerate(items)])
-    weight, weights, kv, compute, comm = (np.concatenate([getattr(p, a) for p in items])
-                                          for a in ("weight", "weights_s", "kv_s", "compute_s",
-                                                    "allreduce_s"))
+    weight, weights, kv, compute, comm, attention = (
+        np.concatenate([getattr(p, a) for p in items])
+        for a in ("weight", "weights_s", "kv_s", "compute_s", "allreduce_s", "attention_s"))
     comm_total = np.bincount(owner, weight * comm, minlength=len(items))
     names, cols = _fixed_columns(items, terms)
     design = cols / y[:, None]
 
     def solve(bw: float, kv_bw: float, fl: float) -> tuple[float, tuple[float, float, float],
                                                            np.ndarray]:
-        legs = weight * np.maximum(weights / bw + kv / kv_bw, compute / fl)
+        law = Efficiency("legs", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, law=terms.law)
+        legs = weight * roofline.law_seconds(weights, kv, compute, 0.0, 0.0, law, attention)
         roof = np.bincount(owner, legs, minlength=len(items)) + comm_total
         target = 1 - roof / y
         w = np.ones(len(y))
@@ -628,7 +643,8 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
                        for k in ENGINE_KEYS)
     request_s = tuple((k, float(values.get(f"request:{_cost_group(k, terms.requests)}", 0.0)))
                       for k in ENGINE_KEYS) if terms.requests else ()
-    return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, step_s=step_s,
+    return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, law=terms.law,
+                      step_s=step_s,
                       block_s=tuple((k, float(sum(values.get(f"block:{c}", 0.0)
                                                   for c in block_costs(terms.blocks)[k])))
                                     for k in BLOCK_KINDS),
@@ -646,7 +662,7 @@ def rounded(eff: Efficiency) -> Efficiency:
         block_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.block_s),
         request_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.request_s),
         stage_s=round(eff.stage_s * 1e7) / 1e7,
-        communication=eff.communication, source=eff.source)
+        communication=eff.communication, source=eff.source, law=eff.law)
 
 
 def fit_train_half(terms: Terms = CHOSEN_TERMS) -> Efficiency:
@@ -925,6 +941,9 @@ FRESH_SOURCE_GROUPS = {
     "SGLang cookbook": "SGLang cookbook",
     "vLLM recipes": "vLLM recipes",
     "AMD ROCm": "AMD ROCm performance results",
+    "GPUStack": "GPUStack performance lab",
+    "dstack": "dstack benchmarks",
+    "Tensward": "Tensward case studies",
 }
 
 
@@ -1260,6 +1279,24 @@ def _case_band(family: str, gpu: str, vendor: str, engine: str, tp: int, label: 
                     median_abs_error=float(r.median_abs_error), low=float(r.low),
                     high=float(r.high), gpu=gpu, engine=engine, model_family=family,
                     vendor=vendor, basis=r.basis, measured=measured, cell=cell)
+
+
+def fresh_band_coverage() -> pd.DataFrame:
+    """Each fresh decode point (``fresh_validation``) against the band the book prints for its
+    case (``case_band`` of its model, GPU, engine, TP degree and batch): ``fresh_validation``'s
+    columns plus ``band_low`` / ``band_high`` (the band's 10th and 90th percentile of
+    predicted ÷ measured − 1), ``band_basis``, ``inside`` (the point's error lies in the band)
+    and ``slower`` (it lies below the band: the measurement ran slower than the band's slow
+    end). A band of the 10th to 90th percentile holds 80% of points like the ones it was drawn
+    from; the share of fresh points inside says how far it holds for setups the fit never saw."""
+    fresh = fresh_validation()
+    bands = [case_band(p.model, p.gpu, p.engine, int(p.tp), int(p.batch))
+             for p in fresh.itertuples()]
+    out = fresh.assign(band_low=[b.low for b in bands], band_high=[b.high for b in bands],
+                       band_basis=[b.basis for b in bands])
+    out["inside"] = (out["error"] >= out["band_low"]) & (out["error"] <= out["band_high"])
+    out["slower"] = out["error"] < out["band_low"]
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -58,7 +59,7 @@ def cached_prefill_time_s(model: Deployment | Model | str, gpu: GPU | str | None
     flop_share = (full.flops - prefix.flops) / full.flops
     return float(law_seconds(full.weights_s * byte_share, full.kv_s * byte_share,
                              full.compute_s * flop_share, full.fixed_s, full.allreduce_s,
-                             full.law))
+                             full.law, full.attention_s * flop_share))
 
 
 def prefill_saving(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
@@ -111,19 +112,44 @@ def break_even_bandwidth(model: Deployment | Model | str, gpu: GPU | str | None 
 
 # --- data -----------------------------------------------------------------------------------
 
-@lru_cache(maxsize=1)
 def _rows(name: str) -> tuple[dict[str, str], ...]:
-    with open(csv_path(name), encoding="utf-8", newline="") as f:
-        return tuple(csv.DictReader(f))
+    """The rows of ``data/<name>`` (of ``$KVLIB_DATA`` when set), checked by
+    ``kvlib.core.data.csv_path`` (for cached_input_prices.csv: a cached price at most the
+    input price); read again when the file changes."""
+    return tuple(row for _, row in _numbered_rows(name))
+
+
+def _numbered_rows(name: str) -> tuple[tuple[int, dict[str, str]], ...]:
+    """``_rows`` with each row's line in the file."""
+    path = csv_path(name)
+    stat = path.stat()
+    return _read_rows(path, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)
+def _read_rows(path: Path, mtime_ns: int, size: int) -> tuple[tuple[int, dict[str, str]], ...]:
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        return tuple((reader.line_num, row) for row in reader)
 
 
 def cached_input_prices() -> pd.DataFrame:
     """``data/cached_input_prices.csv``: API providers' input and cached-input prices ($ per 10⁶
-    tokens, dated and sourced), with ``cached_share`` = cached ÷ uncached price."""
-    df = pd.DataFrame(list(_rows("cached_input_prices.csv")))
+    tokens, dated and sourced), with ``cached_share`` = cached ÷ uncached price. A provider and
+    model on two rows is a ValueError naming both lines (``cached_share`` reads one price)."""
+    numbered = _numbered_rows("cached_input_prices.csv")
+    seen: dict[tuple[str, str], int] = {}
+    for line, row in numbered:
+        key = (row["provider"], row["model"])
+        if key in seen:
+            raise ValueError(f"{csv_path('cached_input_prices.csv')}: line {line}, columns "
+                             f"provider and model: {key[0]} / {key[1]} repeats line "
+                             f"{seen[key]} (keep one price per provider and model)")
+        seen[key] = line
+    df = pd.DataFrame([row for _, row in numbered])
     for col in ("input_dollars_per_million", "cached_input_dollars_per_million",
                 "cache_write_dollars_per_million"):
-        df[col] = pd.to_numeric(df[col])
+        df[col] = pd.to_numeric(df[col]) if col in df else float("nan")  # optional column
     df["cached_share"] = df["cached_input_dollars_per_million"] / df["input_dollars_per_million"]
     return df
 

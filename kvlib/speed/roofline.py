@@ -3,7 +3,8 @@
 Every step — a decode step, a prefill, or the mixed step of a continuous-batching server —
 has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
 
-    time = max(weights ÷ (β · η_w) + KV ÷ (β · η_kv), FLOPs ÷ (F · η_F))      the roofline
+    time = max(weights ÷ (β · η_w), matmul FLOPs ÷ (F · η_F))             the roofline,
+         + max(KV ÷ (β · η_kv), attention FLOPs ÷ (F · η_F))         kernels in sequence
          + engine step cost + Σ_blocks block cost                fixed costs (fitted)
          + requests × request cost + blocks × log2(n_gpus) × stage cost
          + blocks × (α + message bytes ÷ link bandwidth)        all-reduces (tensor parallel)
@@ -16,6 +17,10 @@ has one decomposition, on each of ``n_gpus`` tensor-parallel GPUs::
   token per layer); each touched expert's token rows are padded to ``MOE_TILE_ROWS``, the
   row block vLLM's fused-MoE kernels pad every expert's tokens to (``moe_align_block_size``), so a
   small batch costs each touched expert a whole tile;
+* the roofline: the matmuls run as long as the slower of their weight reads and their math,
+  then the attention as long as the slower of its KV reads and its math (``Efficiency.law``
+  "sequence", ``CALIBRATED``'s); the classic roofline lets every read overlap every FLOP,
+  max(weights + KV, FLOPs) ("overlap", ``DATASHEET``'s);
 * β, F: the GPU's datasheet bandwidth and dense FLOP/s (``data/gpus.csv``); η_w, η_kv, η_F:
   the shares an engine achieves streaming weights, reading the paged KV cache (attention
   kernels gather scattered blocks) and doing matmuls (fitted; ``CALIBRATED`` ties η_kv to η_w);
@@ -75,6 +80,13 @@ ACTIVATION_BYTES = 2
 MAX_BATCHED_TOKENS = 8192
 
 
+#: How a step's legs combine (``law_seconds``): "overlap", the classic roofline — the step's
+#: reads and its math overlap whole, max(weights + KV, FLOPs); "sequence", its kernels run one
+#: after another, the matmuls bound by their weight reads or their math and the attention by
+#: its KV reads or its math, max(weights, matmul FLOPs) + max(KV, attention FLOPs).
+LAWS = ("overlap", "sequence")
+
+
 @dataclass(frozen=True)
 class Efficiency:
     """The speed model's constants: achieved shares of the peaks and the fixed costs.
@@ -85,7 +97,8 @@ class Efficiency:
     on AMD GPUs; block_s: (block kind, seconds) added per block of that kind (``BLOCK_KINDS``);
     request_s: (engine key, seconds) added per request a step schedules (a decode or a prompt
     chunk); stage_s: seconds added per block per doubling of the tensor-parallel group
-    (× log2 n_gpus); communication: whether tensor-parallel all-reduces cost time.
+    (× log2 n_gpus); communication: whether tensor-parallel all-reduces cost time; law: how
+    the legs combine (``LAWS``; ``law_seconds``).
     """
 
     name: str
@@ -98,8 +111,11 @@ class Efficiency:
     stage_s: float = 0.0
     communication: bool = False
     source: str = ""
+    law: str = "overlap"
 
     def __post_init__(self) -> None:
+        if self.law not in LAWS:
+            raise ValueError(f"Efficiency.law {self.law!r}: one of {', '.join(LAWS)}")
         for key in ("bandwidth", "kv_bandwidth", "compute"):
             number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
         number("Efficiency.stage_s", self.stage_s, minimum=0)
@@ -152,36 +168,38 @@ def engine_key(engine: str, gpu: GPU) -> str:
     return f"{engine}-rocm" if gpu.vendor == "AMD" else engine
 
 
-#: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, nothing else.
+#: The pure datasheet roofline: peak bandwidth, peak dense FLOP/s, reads and math overlapping
+#: whole, nothing else.
 DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: Fitted by ``kvlib.fit.calibrate.fit`` on the train half of the modern measurements in
 #: data/throughput.csv with the term set of ``kvlib.fit.calibrate.CHOSEN_TERMS`` — one share
 #: of the bandwidth for weight and KV reads alike, one step cost and one cost per scheduled
 #: request per GPU vendor, one cost every block pays (plus one of their own for latent,
-#: recurrent and MoE blocks) and one per block per doubling of the tensor-parallel group, the
-#: candidate chosen by leave-one-source-out error (see Appendix A,
+#: recurrent and MoE blocks) and one per block per doubling of the tensor-parallel group, a
+#: step's kernels in sequence (``LAWS``), the candidate chosen by leave-one-source-out error
+#: (see Appendix A,
 #: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
 #: checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.77,
-    kv_bandwidth=0.77, compute=0.55,
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
+    kv_bandwidth=0.76, compute=0.55,
     step_s=(("sglang", 0.0e-3),
-            ("sglang-rocm", 1.337e-3),
+            ("sglang-rocm", 1.245e-3),
             ("tensorrt-llm", 0.0e-3),
             ("vllm", 0.0e-3),
-            ("vllm-rocm", 1.337e-3)),
-    block_s=(("attention", 9.3e-6),
-             ("mla", 50.0e-6),
-             ("recurrent", 59.2e-6),
-             ("dense_ffn", 9.3e-6),
-             ("moe_ffn", 22.4e-6)),
-    request_s=(("sglang", 14.1e-6),
-               ("sglang-rocm", 74.4e-6),
-               ("tensorrt-llm", 14.1e-6),
-               ("vllm", 14.1e-6),
-               ("vllm-rocm", 74.4e-6)),
-    stage_s=5.6e-6,
-    communication=True, source="kvlib.fit.calibrate.fit")
+            ("vllm-rocm", 1.245e-3)),
+    block_s=(("attention", 8.0e-6),
+             ("mla", 47.0e-6),
+             ("recurrent", 58.3e-6),
+             ("dense_ffn", 8.0e-6),
+             ("moe_ffn", 22.5e-6)),
+    request_s=(("sglang", 10.5e-6),
+               ("sglang-rocm", 74.2e-6),
+               ("tensorrt-llm", 10.5e-6),
+               ("vllm", 10.5e-6),
+               ("vllm-rocm", 74.2e-6)),
+    stage_s=6.1e-6,
+    communication=True, source="kvlib.fit.calibrate.fit", law="sequence")
 
 
 @dataclass(frozen=True)
@@ -299,6 +317,7 @@ class Step:
     allreduce_s: float
     efficiency: str
     law: Efficiency = field(compare=False, repr=False)
+    attention_s: float = 0.0
 
     @property
     def bytes(self) -> float:
@@ -323,7 +342,7 @@ class Step:
     def time_s(self) -> float:
         """Seconds the step takes (``law_seconds``): the slower leg plus the overheads."""
         return float(law_seconds(self.weights_s, self.kv_s, self.compute_s, self.fixed_s,
-                                 self.allreduce_s, self.law))
+                                 self.allreduce_s, self.law, self.attention_s))
 
     @property
     def bound(self) -> str:
@@ -393,13 +412,21 @@ def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) ->
 _PROMPT_SAMPLES = 8
 
 
-def law_seconds(weights_s, kv_s, compute_s, fixed_s, allreduce_s, eff: Efficiency):
-    """The step-time law (the module docstring), for floats or numpy arrays of legs at η = 1:
-    max(weights ÷ η_w + KV ÷ η_kv, compute ÷ η_F) + fixed costs + all-reduces (when ``eff``
-    counts communication). The one place it is written: ``Step.time_s``, ``step_time`` and
-    the vectorised fit (``kvlib.fit.calibrate.Parts``) all call it."""
-    memory = weights_s / eff.bandwidth + kv_s / eff.kv_bandwidth
+def law_seconds(weights_s, kv_s, compute_s, fixed_s, allreduce_s, eff: Efficiency,
+                attention_s=0.0):
+    """The step-time law (the module docstring), for floats or numpy arrays of legs at η = 1
+    (``attention_s``: the part of ``compute_s`` that is attention math): under ``eff.law``
+    "overlap", max(weights ÷ η_w + KV ÷ η_kv, compute ÷ η_F); under "sequence",
+    max(weights ÷ η_w, (compute − attention) ÷ η_F) + max(KV ÷ η_kv, attention ÷ η_F); then
+    + fixed costs + all-reduces (when ``eff`` counts communication). The one place it is
+    written: ``Step.time_s``, ``step_time`` and the fit (``kvlib.fit.calibrate.Parts``) call it."""
     comm = allreduce_s if eff.communication else 0.0
+    if eff.law == "sequence":
+        matmul_s = compute_s - attention_s
+        return (np.maximum(weights_s / eff.bandwidth, matmul_s / eff.compute)
+                + np.maximum(kv_s / eff.kv_bandwidth, attention_s / eff.compute)
+                + fixed_s + comm)
+    memory = weights_s / eff.bandwidth + kv_s / eff.kv_bandwidth
     return np.maximum(memory, compute_s / eff.compute) + fixed_s + comm
 
 
@@ -447,7 +474,7 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
                 weight_bytes=weights,
                 kv_bytes=kv_bytes, flops=flops, weights_s=weights / beta, kv_s=kv_bytes / beta,
                 compute_s=flops / peak, fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
-                law=eff)
+                law=eff, attention_s=attention_flops / peak)
 
 
 def _uniform_step(d: Deployment, batch: int, ctx: int, pre: int, prompt: int) -> Step:
@@ -494,17 +521,25 @@ class _Linear:
     def __init__(self, terms: list[tuple[float, float, float]]) -> None:
         self.const = sum(c for c, _, _ in terms)
         self.terms = [(slope, cap) for _, slope, cap in terms if slope]
+        self.windowed = any(cap != math.inf for _, cap in self.terms)
 
     def at(self, c: np.ndarray) -> np.ndarray:
+        if not self.windowed:
+            return self.const + sum(slope * c for slope, _ in self.terms)
         return self.const + sum(slope * np.minimum(c, cap) for slope, cap in self.terms)
 
     def decoding(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
         """Σ over requests of ``at(computed + j)`` for j = 0 … n_steps − 1 (each request one
         token further every step), in O((requests + steps) log requests)."""
-        c = np.sort(np.asarray(computed, dtype=float))
-        k, j = len(c), np.arange(n_steps, dtype=float)
-        prefix = np.concatenate(([0.0], np.cumsum(c)))
+        k, j = len(computed), np.arange(n_steps, dtype=float)
         out = np.full(n_steps, self.const * k)
+        if not self.windowed:  # every context counts in full: only the sum matters
+            total = float(np.sum(computed, dtype=float))
+            for slope, _ in self.terms:
+                out += slope * (total + k * j)
+            return out
+        c = np.sort(np.asarray(computed, dtype=float))
+        prefix = np.concatenate(([0.0], np.cumsum(c)))
         for slope, cap in self.terms:
             if cap == math.inf:
                 out += slope * (prefix[-1] + k * j)
@@ -597,7 +632,8 @@ class StepTimer:
             self._fixed[key] = _fixed_terms(self.deployment, tokens, requests)
         return self._fixed[key]
 
-    def step(self, batch: Any) -> Step:
+    @staticmethod
+    def _pairs(batch: Any) -> np.ndarray:
         try:
             pairs = np.asarray(batch, dtype=np.int64).reshape(-1, 2)
         except (TypeError, ValueError, OverflowError):
@@ -606,6 +642,12 @@ class StepTimer:
         if len(pairs) == 0 or (pairs < 0).any() or (pairs[:, 0] < 1).any():
             raise ValueError("a step schedules at least one token for each request, "
                              "none negative")
+        return pairs
+
+    def _legs(self, pairs: np.ndarray) -> tuple[int, int, float, float, float, int, float,
+                                                    float]:
+        """(decodes, prefill tokens, KV bytes, FLOPs, attention FLOPs, weight bytes, fixed s,
+        all-reduce s) of a step of valid ``pairs``."""
         new, done = pairs[:, 0].astype(float), pairs[:, 1].astype(float)
         kv, attention = self.kv, self.attention
         chunk = new > 1
@@ -619,20 +661,25 @@ class StepTimer:
         decodes = int((~chunk).sum())
         prefill = int(new[chunk].sum())
         weights, matmul, fixed, comm = self._terms(decodes + prefill, len(pairs))
-        kv_bytes = read + written
-        flops += matmul
+        return decodes, prefill, read + written, flops + matmul, flops, weights, fixed, comm
+
+    def step(self, batch: Any) -> Step:
+        pairs = self._pairs(batch)
+        done = pairs[:, 1]
+        decodes, prefill, kv_bytes, flops, attention, weights, fixed, comm = self._legs(pairs)
         kind = "mixed" if decodes and prefill else ("decode" if decodes else "prefill")
         return Step(kind=kind, batch=decodes, context_tokens=int(done.sum()) // len(done),
                     prefill_tokens=prefill, requests=len(pairs), n_gpus=self.deployment.tp,
                     weight_bytes=weights,
                     kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
                     kv_s=kv_bytes / self.beta, compute_s=flops / self.peak, fixed_s=fixed,
-                    allreduce_s=comm, efficiency=self.eff.name, law=self.eff)
+                    allreduce_s=comm, efficiency=self.eff.name, law=self.eff,
+                    attention_s=attention / self.peak)
 
     def __call__(self, batch: Any) -> float:
-        s = self.step(batch)
-        return float(law_seconds(s.weights_s, s.kv_s, s.compute_s, s.fixed_s, s.allreduce_s,
-                                 self.eff))
+        _, _, kv_bytes, flops, attention, weights, fixed, comm = self._legs(self._pairs(batch))
+        return float(law_seconds(weights / self.beta, kv_bytes / self.beta, flops / self.peak,
+                                 fixed, comm, self.eff, attention / self.peak))
 
     def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
         c = np.asarray(computed, dtype=float)
@@ -641,9 +688,10 @@ class StepTimer:
         with_state = np.full(n_steps, k)  # a request holds its recurrent state once it has tokens
         with_state[0] = int((c > 0).sum())
         kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state
-        flops = matmul + self.attention.decoding(c, n_steps)
-        return law_seconds(weights / self.beta, kv_bytes / self.beta, flops / self.peak, fixed,
-                           comm, self.eff)
+        attention = self.attention.decoding(c, n_steps)
+        return law_seconds(weights / self.beta, kv_bytes / self.beta,
+                           (matmul + attention) / self.peak, fixed, comm, self.eff,
+                           attention / self.peak)
 
 
 def step_time(deployment: Deployment, batch: Any) -> float:

@@ -105,8 +105,9 @@ def draft_pass_s(d: Deployment, batch: int, context_tokens: int) -> float:
     if d.tp > 1 and eff.communication:
         comm = draft_blocks.total * allreduce_time_s(d.gpu, d.tp,
                                                      batch * hidden * ACTIVATION_BYTES)
+    attention = n * s.attention_s / layers  # the draft layers attend as the target's do
     return float(law_seconds(weights / timer.beta, kv / timer.beta, flops / timer.peak, fixed,
-                             comm, eff))
+                             comm, eff, attention))
 
 
 def speculative_step(d: Deployment, batch: int, context_tokens: int) -> SpeculativeStep:
