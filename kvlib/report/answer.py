@@ -187,13 +187,14 @@ def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
 def _speed_modelled(gpu: GPU | str, weight_format: str | Mapping[str, str],
                     engine: str = "vllm") -> str:
     """"" when kvlib's speed model covers ``weight_format`` on ``gpu`` under ``engine``, else
-    why not."""
+    why not: FP8 weights on a GPU without FP8 tensor cores are timed as vLLM serves them,
+    weight-only (``roofline.matmul_flops``), and not for the other engines."""
     compute = parse_weights(weight_format).compute_dtype
     g = gpu if isinstance(gpu, GPU) else load_gpu(gpu)
-    if compute == "fp8" and g.fp8_dense_flops is None:
-        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; "
-                f"{ENGINE_NAMES[engine]} would serve them as weight-only FP8, which kvlib's "
-                "speed model does not cover")
+    if compute == "fp8" and g.fp8_dense_flops is None and engine != "vllm":
+        return (f"FP8 weights run on FP8 tensor cores, which the {g.name} lacks; kvlib times "
+                f"them as vLLM serves them there, weight-only, not as {ENGINE_NAMES[engine]} "
+                "does")
     return ""
 
 

@@ -184,7 +184,7 @@ def _rank_step(d: Deployment, b: int, ctx: int) -> roofline.Step:
     if tp > 1 and base.law.communication:
         message = b * roofline.hidden_size(d.model) * roofline.ACTIVATION_BYTES
         comm = (bl.total - bl.moe_ffn) * roofline.allreduce_time_s(d.gpu, tp, message)
-    beta, peak = d.gpu.bandwidth(), d.gpu.dense_flops(d.weights.compute_dtype)
+    beta, peak = d.gpu.bandwidth(), roofline.matmul_flops(d.gpu, d.weights)
     return replace(base, weight_bytes=weights, flops=flops, weights_s=weights / beta,
                    compute_s=flops / peak, allreduce_s=comm)
 

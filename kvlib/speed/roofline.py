@@ -60,7 +60,7 @@ from ..deployment import ENGINES, Deployment
 from ..deployment import deployment as as_deployment
 from ..engines import sglang
 from ..hardware.gpus import GPU, allreduce_latency, resolve_gpu
-from ..model.formats import weight_bits, weight_format
+from ..model.formats import WeightFormat, weight_bits, weight_format
 from ..model.layers import SharedKVLayer
 from ..model.model import Model
 from ..model.params import ParamCounts, weight_bytes
@@ -399,6 +399,17 @@ def step_weight_bytes(counts: ParamCounts, weight_dtype: str | Mapping[str, str]
     return weight_bytes(scaled, weight_dtype, tp)
 
 
+def matmul_flops(gpu: GPU, weights: WeightFormat) -> float:
+    """Peak dense FLOP/s the matmuls of ``weights`` run at on ``gpu``: FP8 tensor cores for FP8
+    weights (W8A8) where the GPU has them; 16-bit otherwise — on a GPU without FP8 tensor cores
+    (Ampere) vLLM serves an FP8 checkpoint as weight-only FP8, its Marlin kernels dequantizing
+    to 16-bit (vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py,
+    ``is_fp8_marlin_supported``: compute capability 7.5 or more), as it does 4-bit weights."""
+    if weights.compute_dtype == "fp8" and gpu.fp8_dense_flops is None:
+        return gpu.dense_flops("bf16")
+    return gpu.dense_flops(weights.compute_dtype)
+
+
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
@@ -461,7 +472,7 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
         rows = moe_padded_rows(counts.n_experts, counts.experts_per_token, tokens)
         extra = rows - tokens * counts.experts_per_token
         flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
-    peak = g.dense_flops(d.weights.compute_dtype)
+    peak = matmul_flops(g, d.weights)
     bl = blocks(m)
     fixed = eff.fixed_s(d.engine, g, bl, tp, decodes + prompts)
     comm = 0.0
@@ -623,7 +634,7 @@ class StepTimer:
         self.kv, self.attention, self.state = _context_costs(d)
         self.eff = _efficiency(d)
         self.beta = d.gpu.bandwidth()
-        self.peak = d.gpu.dense_flops(d.weights.compute_dtype)
+        self.peak = matmul_flops(d.gpu, d.weights)
         self._fixed: dict[tuple[int, int], tuple[int, float, float, float]] = {}
 
     def _terms(self, tokens: int, requests: int) -> tuple[int, float, float, float]:
@@ -916,12 +927,13 @@ def generation_time_s(model: Deployment | Model | str, gpu: GPU | str | None = N
 def critical_batch(gpu: GPU | str, weight_dtype: str = "bf16") -> float:
     """Tokens per step at which a weight matmul turns compute-bound on ``gpu``:
     peak FLOP/s ÷ bandwidth × bytes per weight ÷ 2 (the scaling book's B_crit; 240 for bf16
-    on a TPU v5e). The compute rate is the one the weight format runs at (fp8 on FP8 tensor
-    cores; weight-only 4-bit formats on bf16)."""
+    on a TPU v5e). The compute rate is the one the weight format runs at (``matmul_flops``: fp8
+    on FP8 tensor cores; weight-only 4-bit formats, and FP8 on a GPU without FP8 tensor cores,
+    on bf16)."""
     g = resolve_gpu(gpu)
     fmt = weight_format(weight_dtype)
     bytes_per_weight = weight_bits(fmt.linear) / 8
-    return g.dense_flops(fmt.compute_dtype) / g.bandwidth() * bytes_per_weight / 2
+    return matmul_flops(g, fmt) / g.bandwidth() * bytes_per_weight / 2
 
 
 def model_critical_batch(model: Deployment | Model | str, gpu: GPU | str | None = None, *,
