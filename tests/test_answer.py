@@ -350,6 +350,9 @@ def test_downloads_carry_their_files():
     assert 'href="../_static/downloads/grid.csv"' in bundle["text/html"]
     assert 'href="../_static/downloads/claims.csv"' in bundle["text/html"]
     assert "(CSV, 1 row," in bundle["text/html"]
+    # records, not lines: a field may hold a newline (a launch command writing a file)
+    quoted = calculator.downloads({"g.csv": ("g", 'a,b\n1,"x\ny"\n2,z\n')})
+    assert "(CSV, 2 rows," in quoted._repr_mimebundle_()[0]["text/html"]
     with pytest.raises(ValueError, match="plain .csv"):
         calculator.downloads({"../x.csv": ("x", "")})
 

@@ -360,7 +360,12 @@
                      tokens(prompt) + "-token prompt alone, as at low load, input tokens cost " +
                      money(v("prefix_cold") * price) + " per 1M") + "; with a " +
                      Math.round(data.hit_rate * 100) + "% prefix hit rate, " +
-                     money(v("prefix_cached") * price) + " (the method of ");
+                     money(v("prefix_cached") * price) +
+                     // a short prompt of a large model is prefilled at the pace of its weight
+                     // reads: a cached prefix saves math, not those reads (and adds its own KV)
+                     (v("prefix_cached") >= v("prefix_cold") ? ", no less: a prompt this short " +
+                      "is prefilled at the pace of the weight reads, which a cached prefix does " +
+                      "not shorten" : "") + " (the method of ");
       var a = el("a", { href: "07_prefix_caching.html" }, "chapter 7");
       pre.appendChild(a);
       pre.appendChild(document.createTextNode(", at this page's price)."));
