@@ -675,9 +675,11 @@ BUY_COLUMNS = {"output_cost_slow": "$ per 1M output tokens", "deployment": "GPUs
 
 
 def short_gpu_name(name: str) -> str:
-    """A GPU's name without vendor, form factor or memory: "NVIDIA H100 SXM5 80GB" → "H100"."""
+    """A GPU's name without vendor or SXM form factor, and without the memory of an SXM part:
+    "NVIDIA H100 SXM5 80GB" → "H100"; a part sold in two memory sizes keeps its own, "NVIDIA
+    A100 80GB (SXM4)" → "A100 80GB"."""
     short = name.split(" (", 1)[0].removeprefix("NVIDIA ").removeprefix("AMD Instinct ")
-    return re.sub(r"( SXM\d?)? \d+GB$| Grace Hopper Superchip$", "", short)
+    return re.sub(r" SXM\d? \d+GB$| Grace Hopper Superchip$", "", short)
 
 
 def buy_table(buy: pd.DataFrame, kind: str = "on-demand") -> Table:
