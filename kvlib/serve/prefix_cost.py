@@ -10,8 +10,9 @@ the last T − H tokens, but each of them still attends to all the tokens before
 * FLOPs = F(T) − F(H), with F(·) the FLOPs of ``prefill_step`` (its linear part is additive in
   tokens, and its causal attention sums per-token costs, so the difference is exact);
 * bytes = the bytes ``prefill_step(T − H)`` reads (weights, new KV) + the cached prefix's KV;
-* time = max(bytes at ``prefill_step``'s achieved bandwidth, FLOPs at its achieved FLOP/s) + its
-  fixed per-step overheads.
+* time = the step law of ``roofline.law_seconds`` on those bytes and FLOPs (weights and KV each
+  scaled by the bytes' share, matmul and attention math by the FLOPs' share) + its fixed
+  per-step overheads.
 
 Time to first token (TTFT) is taken as that prefill time, for one request alone on the GPUs.
 

@@ -298,7 +298,8 @@ class Step:
     GPU reads (KV: read by the decodes, written by the prefill); flops: FLOPs one GPU does;
     weights_s / kv_s / compute_s: the legs at η = 1 (bytes ÷ bandwidth, FLOPs ÷ peak);
     fixed_s: engine, per-block and per-request costs; allreduce_s: the tensor-parallel all-reduces;
-    efficiency: the name of the constants ``law`` (the ``Efficiency`` the step was timed with).
+    efficiency: the name of the constants ``law`` (the ``Efficiency`` the step was timed with);
+    attention_s: the part of compute_s that is attention math (the rest is matmuls).
     """
 
     kind: str
@@ -340,13 +341,15 @@ class Step:
 
     @property
     def time_s(self) -> float:
-        """Seconds the step takes (``law_seconds``): the slower leg plus the overheads."""
+        """Seconds the step takes (``law_seconds``): the legs as its law combines them, plus the
+        overheads."""
         return float(law_seconds(self.weights_s, self.kv_s, self.compute_s, self.fixed_s,
                                  self.allreduce_s, self.law, self.attention_s))
 
     @property
     def bound(self) -> str:
-        """"memory" when reading bytes takes longer than the math, else "compute"."""
+        """"memory" when reading all its bytes takes longer than all its math, else "compute"
+        (the classic roofline's comparison, whatever law times the step)."""
         return "memory" if self.memory_time_s >= self.compute_time_s else "compute"
 
     @property
