@@ -312,17 +312,6 @@ def _price_source_row(row: Mapping[str, str]) -> str | None:
     return None if (err := _url(value)) is None else f"column source_url: {err}"
 
 
-def _cached_price_row(row: Mapping[str, str]) -> str | None:
-    """A cached-input price is at most the uncached input price (a discount of 0 to 100%)."""
-    cached = _cell_number(row, "cached_input_dollars_per_million")
-    full = _cell_number(row, "input_dollars_per_million")
-    if cached is None or full is None or full <= 0 or cached <= full:
-        return None
-    return (f"column cached_input_dollars_per_million: {row['cached_input_dollars_per_million']}"
-            f" is above input_dollars_per_million {row['input_dollars_per_million']} (a cached "
-            "read would cost more than an uncached one)")
-
-
 def _not_above(col: str, bound: str, why: str) -> Callable[[Mapping[str, str]], "str | None"]:
     """A row check: ``col``, when it and ``bound`` hold numbers, is at most ``bound``."""
     def check(row: Mapping[str, str]) -> str | None:
@@ -614,7 +603,9 @@ SCHEMAS: dict[str, Schema] = {
                   "input_dollars_per_million": _POSITIVE,
                   "cached_input_dollars_per_million": _NON_NEGATIVE, "source_url": URL},
         optional={"cache_write_dollars_per_million": _POSITIVE},
-        source=("source_url",), rows=(_cached_price_row,)),
+        source=("source_url",),
+        rows=(_not_above("cached_input_dollars_per_million", "input_dollars_per_million",
+                          "a cached read would cost more than an uncached one"),)),
     "weight_checkpoints.csv": Schema(
         required={"model": SLUG_CELL, "weight_format": TEXT, "repository": TEXT,
                   "publisher": TEXT, "source_url": URL, "accessed": DATE},
