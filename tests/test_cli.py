@@ -156,13 +156,13 @@ def test_cost_of_a_model_on_a_gpu():
 def test_cost_split_by_work_adds_up_to_the_cost():
     data = json.loads(run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.90", "--json").stdout)
     # a request's input at the input price and its output at the output price pay for the GPU
-    # time it takes: 7,168 ÷ 1,024 = 7 input tokens per output token, 7 × $0.0218 + $0.4243
+    # time it takes: 7,168 ÷ 1,024 = 7 input tokens per output token, 7 × $0.0197 + $0.4207
     assert 7 * data["dollars_per_million_input_tokens"] + data[
         "dollars_per_million_output_tokens"] == pytest.approx(data["dollars_per_million_tokens"])
     text = run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.90").stdout
-    assert ("split by work  $0.022 per 1M input tokens + $0.424 per 1M output tokens; at 7 input "
-            "tokens per output token (7,168 ÷ 1,024): 7 × $0.022 + $0.424 = $0.577, the cost "
-            "above") in text and "cost           $0.577 per 1M output tokens" in text
+    assert ("split by work  $0.020 per 1M input tokens + $0.421 per 1M output tokens; at 7 input "
+            "tokens per output token (7,168 ÷ 1,024): 7 × $0.020 + $0.421 = $0.559, the cost "
+            "above") in text and "cost           $0.559 per 1M output tokens" in text
     # at batch 1 no decode step carries a prompt: the cost line leaves the prompt's own steps
     # out, the input price charges them, so the two prices add up to more, and say why
     alone = run("cost", "llama-3.1-8b", "h100-sxm", "--price", "2.90", "--max-num-seqs", "1")
@@ -175,7 +175,7 @@ def test_cost_speculative_says_what_its_baseline_is():
               "eagle3:3:0.7", "--json")
     data = json.loads(out.stdout)
     spec = data["speculative"]
-    # the serving point decodes 53 requests, prefill included (1,397 tok/s); the draft's pool,
+    # the serving point decodes 53 requests, prefill included (1,441 tok/s); the draft's pool,
     # 418,496 tokens = 26,156 blocks of 16, holds 26,156 ÷ 513 = 50.99 → 50 requests of 8,192
     # + 3 lookahead tokens (513 blocks), and both speeds of the speculative row are of decode
     # steps alone at that batch
@@ -185,7 +185,7 @@ def test_cost_speculative_says_what_its_baseline_is():
                "eagle3:3:0.7").stdout
     assert ("decode steps alone (the speed and cost above also count prefill), at batch 50 (the "
             "draft's weights, KV and lookahead slots leave room for 50 of the 53 requests "
-            "above): 4,155 tok/s against 1,873 without speculation at the same batch") in text
+            "above): 4,192 tok/s against 1,889 without speculation at the same batch") in text
 
 
 def test_fit_and_cost_print_the_launch_command():

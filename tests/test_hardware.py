@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import kvlib
-from kvlib.hardware.gpus import GPU, gpu_table, price_per_gpu_hour
+from kvlib.hardware.gpus import GPU, gpu_table, load_gpu, price_per_gpu_hour
+from kvlib.speed import roofline
 from kvlib.model.formats import weight_format
 from kvlib.core.units import GIB, MIB
 
@@ -159,3 +160,39 @@ def test_a_forked_gpu_file_may_leave_out_columns_it_does_not_require(forked):
     g = kvlib.load_gpu("h100-sxm")
     assert g.usable_memory_bytes == 80 * GIB and g.bandwidth() == 3.35e12
     assert g.notes == "" and g.link_bytes_per_s is None
+
+
+def test_fp8_matmuls_reach_a_smaller_share_of_their_peak():
+    from kvlib.hardware import gpus
+    # data/gemm_rates.csv, median rate of each engine's large GEMMs (TFLOP/s) ÷ datasheet peak:
+    # H100 bf16 median(716.2, 770.9, 786.5) = 770.9 ÷ 989.5 = 0.7791; FP8 (both scalings)
+    # median(1017.7, 1053.0, 1092.3, 1182.8, 1219.5, 1225.0) = 1137.55 ÷ 1979 = 0.5748 → 0.7378
+    # H200 761.3 ÷ 989.5 = 0.7694; (1160.6 + 1192.7) ÷ 2 = 1176.65 ÷ 1979 = 0.5946 → 0.7728
+    # B200 1470.5 ÷ 2250 = 0.6536; (2290.6 + 2373.6) ÷ 2 = 2332.1 ÷ 4500 = 0.5182 → 0.7930
+    # A100 has no FP8 rows; the median of the three is 0.7728 → 0.77
+    assert gpus.fp8_matmul_share() == 0.77 == roofline.CALIBRATED.fp8_matmul_share
+    assert roofline.DATASHEET.fp8_matmul_share == 1.0
+
+
+def test_only_fp8_tensor_core_matmuls_take_the_fp8_share():
+    from kvlib.model.formats import weight_format
+    h100, a100 = load_gpu("h100-sxm"), load_gpu("a100-80gb")
+    fp8, bf16 = weight_format("fp8"), weight_format("bf16")
+    cal = roofline.CALIBRATED
+    assert roofline.matmul_rate(h100, fp8, cal) == pytest.approx(1979e12 * 0.77)
+    assert roofline.matmul_rate(h100, bf16, cal) == 989.5e12
+    assert roofline.matmul_rate(a100, fp8, cal) == 312e12  # Marlin: FP8 weights, 16-bit math
+    assert roofline.matmul_rate(h100, fp8, roofline.DATASHEET) == 1979e12
+    for bad in (0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="fp8_matmul_share"):
+            roofline.Efficiency("x", fp8_matmul_share=bad)
+
+
+def test_a_forked_gemm_table_without_fp8_rows_says_so(forked):
+    from kvlib.hardware import gpus
+    path = forked / "gemm_rates.csv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("\n".join(line for line in lines if ",fp8" not in line) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match="no GPU is timed in both bf16 and FP8 GEMMs"):
+        gpus.fp8_matmul_share()

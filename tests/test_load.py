@@ -233,7 +233,9 @@ def test_a_rate_so_low_that_send_times_lose_precision_is_refused() -> None:
                             burstiness=math.inf)
     fast = load.bench_serve(D8, workloads.fixed(3, 100, 10), request_rate=1e-3,
                             burstiness=math.inf)
-    np.testing.assert_allclose(slow.e2e_s, fast.e2e_s, rtol=1e-6)
+    # the third request is sent at 2 ÷ 1e-8 = 2e8 s, where a float64 time is exact to one ulp,
+    # 2**27 × 2**-52 ≈ 3.0e-8 s: its latency, a difference of two such times, to about 1e-7 s
+    np.testing.assert_allclose(slow.e2e_s, fast.e2e_s, rtol=0, atol=1e-7)
     assert (slow.e2e_s > 0).all()
 
 

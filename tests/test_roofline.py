@@ -359,3 +359,19 @@ def test_numpy_integers_are_integers_and_numpy_floats_numbers():
     assert Efficiency("x", bandwidth=np.float32(0.5)).bandwidth == 0.5
     with pytest.raises(ValueError, match=r"Efficiency.block_s\['mla'\] must be finite"):
         Efficiency("x", block_s=(("mla", float("inf")),))
+
+
+def test_fp8_matmuls_run_at_their_measured_share_attention_at_the_peak():
+    d = deployment.Deployment("llama-3.1-8b", "h100-sxm", weights="fp8")
+    p = prefill_step(d, batch=1, prompt_tokens=4096)
+    # the matmul FLOPs at 1,979 TFLOP/s × 0.77, the attention FLOPs at the FP8 peak itself
+    attention_flops = p.attention_s * 1979e12
+    assert p.compute_s == pytest.approx(p.attention_s
+                                        + (p.flops - attention_flops) / (1979e12 * 0.77))
+    one = prefill_step(d.with_(efficiency=dataclasses.replace(CALIBRATED, fp8_matmul_share=1.0)),
+                       batch=1, prompt_tokens=4096)
+    assert one.attention_s == p.attention_s and one.compute_s < p.compute_s
+    # the simulator's timer splits its FLOPs the same way
+    t = roofline.StepTimer(d).step([(4096, 0)])
+    assert t.compute_s == pytest.approx(t.attention_s + (t.flops - t.attention_s * 1979e12)
+                                        / (1979e12 * 0.77), rel=1e-12)

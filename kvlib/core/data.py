@@ -537,6 +537,12 @@ SCHEMAS: dict[str, Schema] = {
                   "engine_version": TEXT, "cuda_graph": choice("yes", "no", "not stated"),
                   "gpu_slug": SLUG_CELL},
         unique=("id",), source=("source_url",)),
+    "gemm_rates.csv": Schema(
+        required={"gpu": SLUG_CELL, "engine": choice("vllm", "sglang", "trtllm"),
+                  "engine_version": TEXT, "gemm_dtype": choice("bf16", "fp8", "fp8_block"),
+                  "kernel": TEXT, "shapes": _POSITIVE_COUNT, "median_tflops": _POSITIVE,
+                  "source_url": URL, "accessed": DATE, "notes": TEXT},
+        unique=(), source=("source_url",)),
     "alltoall.csv": Schema(
         required={"id": SLUG_CELL, "library": TEXT, "gpu": TEXT, "gpu_slug": SLUG_CELL,
                   "interconnect": TEXT, "n_gpus": _POSITIVE_COUNT,

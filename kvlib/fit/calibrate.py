@@ -51,6 +51,7 @@ from ..engines import capacity
 
 from ..speed import roofline
 from ..core.checks import positive_integer
+from ..hardware import gpus
 from ..hardware.gpus import GPU, load_gpu, resolve_gpu
 from ..core.data import band_problem, csv_path, data_dir
 from ..model.formats import weight_format
@@ -263,7 +264,8 @@ class Parts:
     costs; blocks: the model's blocks; tp: the tensor-parallel degree; numerator: 0 when the
     metric is seconds, else the tokens it divides (output tokens of a static batch); batch: the
     decode batch used; attention_s: the attention math of each step at η = 1 (part of
-    compute_s).
+    compute_s); fp8_matmul: its matmuls run on FP8 tensor cores (``roofline.matmul_rate``
+    scales them by ``Efficiency.fp8_matmul_share``).
     """
 
     weight: np.ndarray
@@ -278,12 +280,21 @@ class Parts:
     numerator: float
     batch: int
     attention_s: np.ndarray
+    fp8_matmul: bool = False
+
+    def compute_at(self, share: float) -> np.ndarray:
+        """``compute_s`` with the matmuls at ``share`` of their η = 1 rate where they run in FP8
+        (``Efficiency.fp8_matmul_share``)."""
+        if not self.fp8_matmul or share == 1:
+            return self.compute_s
+        return self.attention_s + (self.compute_s - self.attention_s) / share
 
     def seconds(self, eff: Efficiency) -> float:
         block = eff.block_overhead_s(self.blocks, self.tp)
         step = dict(eff.step_s).get(self.engine_key, 0.0) if eff.step_s else 0.0
         request = dict(eff.request_s).get(self.engine_key, 0.0)
-        times = roofline.law_seconds(self.weights_s, self.kv_s, self.compute_s,
+        times = roofline.law_seconds(self.weights_s, self.kv_s,
+                                     self.compute_at(eff.fp8_matmul_share),
                                      step + block + request * self.requests,
                                      self.allreduce_s, eff, self.attention_s)
         return float((self.weight * times).sum())
@@ -376,7 +387,8 @@ def parts(point: Mapping[str, Any], samples: int = 16) -> Parts:
                  requests=np.array([float(st.requests) for _, st in steps]),
                  engine_key=roofline.engine_key(point["engine"], gpu), blocks=roofline.blocks(model),
                  tp=tp, numerator=numerator, batch=batch,
-                 attention_s=np.array([st.attention_s for _, st in steps]))
+                 attention_s=np.array([st.attention_s for _, st in steps]),
+                 fp8_matmul=roofline.fp8_matmuls(gpu, d.weights))
 
 
 @lru_cache(maxsize=1)
@@ -445,7 +457,9 @@ class Terms:
     weight reads' share (η_kv = η_w) instead of a share of their own; requests: a cost per
     request a step schedules, ``"engine"`` (one per engine build), ``"vendor"`` (one per GPU
     vendor) or ``""`` (none); stages: a cost per block per doubling of the tensor-parallel
-    group (``Efficiency.stage_s``); law: how the legs combine (``roofline.LAWS``)."""
+    group (``Efficiency.stage_s``); law: how the legs combine (``roofline.LAWS``); gemm: FP8
+    matmuls at the measured share of their peak (``kvlib.hardware.gpus.fp8_matmul_share``,
+    not fitted) instead of at the same share as 16-bit ones."""
 
     name: str
     step: str = "engine"
@@ -454,6 +468,7 @@ class Terms:
     requests: str = ""
     stages: bool = False
     law: str = "overlap"
+    gemm: bool = False
 
     def __post_init__(self) -> None:
         if self.step not in STEP_TERMS:
@@ -535,11 +550,21 @@ TERM_SETS = (
           "and MoE blocks, a cost per doubling of the TP group, a cost per request per engine "
           "build, η_kv = η_w, the kernels of a step in sequence", step="vendor",
           blocks="common", tie_kv=True, requests="engine", stages=True, law="sequence"),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per GPU "
+          "vendor, η_kv = η_w, the kernels of a step in sequence, FP8 matmuls at their measured "
+          "share of the peak", step="vendor", blocks="common", tie_kv=True, requests="vendor",
+          stages=True, law="sequence", gemm=True),
+    Terms("a step cost per GPU vendor, a cost every block pays plus one for latent, recurrent "
+          "and MoE blocks, a cost per doubling of the TP group, a cost per request per engine "
+          "build, η_kv = η_w, the kernels of a step in sequence, FP8 matmuls at their measured "
+          "share of the peak", step="vendor", blocks="common", tie_kv=True, requests="engine",
+          stages=True, law="sequence", gemm=True),
 )
 #: The term set ``roofline.CALIBRATED`` is fitted with: the candidate of ``TERM_SETS``
 #: ``kvlib.fit.terms.choose_terms`` picks by leave-one-source-out median, a near tie going to
 #: the fewest constants (data/speed_term_selection.csv).
-CHOSEN_TERMS = TERM_SETS[11]
+CHOSEN_TERMS = TERM_SETS[13]
 
 
 def _cost_group(key: str, how: str) -> str:
@@ -595,9 +620,11 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
     y = np.array([measured[i] for i in ids], dtype=float)
     # every step of every point in one flat array; ``owner`` maps a step to its point
     owner = np.concatenate([np.full(len(p.weight), k) for k, p in enumerate(items)])
-    weight, weights, kv, compute, comm, attention = (
+    share = gpus.fp8_matmul_share() if terms.gemm else 1.0
+    compute = np.concatenate([p.compute_at(share) for p in items])
+    weight, weights, kv, comm, attention = (
         np.concatenate([getattr(p, a) for p in items])
-        for a in ("weight", "weights_s", "kv_s", "compute_s", "allreduce_s", "attention_s"))
+        for a in ("weight", "weights_s", "kv_s", "allreduce_s", "attention_s"))
     comm_total = np.bincount(owner, weight * comm, minlength=len(items))
     names, cols = _fixed_columns(items, terms)
     design = cols / y[:, None]
@@ -644,6 +671,7 @@ def fit(point_parts: Mapping[str, Parts], measured: Mapping[str, float],
     request_s = tuple((k, float(values.get(f"request:{_cost_group(k, terms.requests)}", 0.0)))
                       for k in ENGINE_KEYS) if terms.requests else ()
     return Efficiency("fitted", bandwidth=bw, kv_bandwidth=kv_bw, compute=fl, law=terms.law,
+                      fp8_matmul_share=share,
                       step_s=step_s,
                       block_s=tuple((k, float(sum(values.get(f"block:{c}", 0.0)
                                                   for c in block_costs(terms.blocks)[k])))
@@ -662,7 +690,8 @@ def rounded(eff: Efficiency) -> Efficiency:
         block_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.block_s),
         request_s=tuple((k, round(v * 1e7) / 1e7) for k, v in eff.request_s),
         stage_s=round(eff.stage_s * 1e7) / 1e7,
-        communication=eff.communication, source=eff.source, law=eff.law)
+        communication=eff.communication, source=eff.source, law=eff.law,
+        fp8_matmul_share=eff.fp8_matmul_share)
 
 
 def fit_train_half(terms: Terms = CHOSEN_TERMS) -> Efficiency:

@@ -40,7 +40,7 @@ def term_errors(terms: Terms) -> dict[str, float | int | str | bool]:
     fresh = calibrate.fresh_validation(eff)["error"].abs()
     return {"terms": terms.name, "step": terms.step, "blocks": terms.blocks,
             "tie_kv": terms.tie_kv, "requests": terms.requests, "stages": terms.stages,
-            "law": terms.law, "constants": terms.constants,
+            "law": terms.law, "gemm": terms.gemm, "constants": terms.constants,
             "random_split_n": len(held), "random_split_median": round(float(held.median()), 4),
             "loso_n": len(loso), "loso_median": round(float(loso.median()), 4),
             "loso_beyond_40": round(float((loso > 0.4).mean()), 4),

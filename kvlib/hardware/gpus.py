@@ -308,3 +308,35 @@ def price_per_gpu_hour(gpu: str, provider: str, offering: str | None = None) -> 
         raise KeyError(f"{len(rows)} price rows match gpu={gpu!r}, provider={provider!r}, "
                        f"offering={offering!r}; rows for {gpu}: {choices}")
     return float(rows["dollars_per_gpu_hour"].iloc[0])
+
+
+#: The dtypes of ``data/gemm_rates.csv`` that time FP8 matmuls (per-tensor and block-scaled).
+FP8_GEMMS = ("fp8", "fp8_block")
+
+
+@lru_cache(maxsize=None)
+def _gemm_rows(path: Path, mtime: float) -> pd.DataFrame:
+    rows = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return rows.assign(median_tflops=rows["median_tflops"].astype(float))
+
+
+def fp8_matmul_share() -> float:
+    """How much of its datasheet peak an FP8 matmul reaches, as a share of what a 16-bit one
+    reaches of its own: for each GPU of ``data/gemm_rates.csv`` timed in both, (median FP8 rate ÷
+    FP8 peak) ÷ (median bf16 rate ÷ bf16 peak), over the engines' large GEMMs (M, N, K ≥ 4,096,
+    NVIDIA's aiconfigurator tables); the median over those GPUs, to 0.01. ValueError when no
+    GPU is timed in both."""
+    path = csv_path("gemm_rates.csv")
+    rows = _gemm_rows(path, path.stat().st_mtime)
+    ratios = []
+    for slug, own in rows.groupby("gpu"):
+        g = load_gpu(slug)
+        fp8 = own.loc[own["gemm_dtype"].isin(FP8_GEMMS), "median_tflops"]
+        bf16 = own.loc[own["gemm_dtype"] == "bf16", "median_tflops"]
+        if fp8.empty or bf16.empty or g.fp8_dense_flops is None or g.bf16_dense_flops is None:
+            continue
+        ratios.append((fp8.median() * 1e12 / g.fp8_dense_flops)
+                      / (bf16.median() * 1e12 / g.bf16_dense_flops))
+    if not ratios:
+        raise ValueError(f"{path}: no GPU is timed in both bf16 and FP8 GEMMs")
+    return round(float(pd.Series(ratios).median()), 2)

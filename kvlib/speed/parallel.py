@@ -176,17 +176,18 @@ def _rank_step(d: Deployment, b: int, ctx: int) -> roofline.Step:
     k, e, per_expert = counts.experts_per_token, counts.n_experts, counts.expert_params_per_expert()
     active_experts = counts.routed_expert_params * k // e
     rows = roofline.moe_padded_rows(e, k, dp * b)
+    attention = b * roofline.attention_flops_per_token(d.model, ctx, tp)
     flops = (b * 2 * (counts.matmul_active - active_experts) / tp
-             + rows * 2 * per_expert * counts.n_moe_layers / (tp * dp)
-             + b * roofline.attention_flops_per_token(d.model, ctx, tp))
+             + rows * 2 * per_expert * counts.n_moe_layers / (tp * dp) + attention)
     bl = roofline.blocks(d.model)
     comm = 0.0
     if tp > 1 and base.law.communication:
         message = b * roofline.hidden_size(d.model) * roofline.ACTIVATION_BYTES
         comm = (bl.total - bl.moe_ffn) * roofline.allreduce_time_s(d.gpu, tp, message)
     beta, peak = d.gpu.bandwidth(), roofline.matmul_flops(d.gpu, d.weights)
+    rate = roofline.matmul_rate(d.gpu, d.weights, base.law)
     return replace(base, weight_bytes=weights, flops=flops, weights_s=weights / beta,
-                   compute_s=flops / peak, allreduce_s=comm)
+                   compute_s=attention / peak + (flops - attention) / rate, allreduce_s=comm)
 
 
 def parallel_decode(d: Deployment, *, batch: int, context_tokens: int,

@@ -98,7 +98,9 @@ class Efficiency:
     request_s: (engine key, seconds) added per request a step schedules (a decode or a prompt
     chunk); stage_s: seconds added per block per doubling of the tensor-parallel group
     (× log2 n_gpus); communication: whether tensor-parallel all-reduces cost time; law: how
-    the legs combine (``LAWS``; ``law_seconds``).
+    the legs combine (``LAWS``; ``law_seconds``); fp8_matmul_share: the share of its peak an
+    FP8 matmul reaches relative to the share a 16-bit one reaches of its own, (0, 1]
+    (``matmul_rate``; measured, ``kvlib.hardware.gpus.fp8_matmul_share``; 1 in ``DATASHEET``).
     """
 
     name: str
@@ -112,11 +114,12 @@ class Efficiency:
     communication: bool = False
     source: str = ""
     law: str = "overlap"
+    fp8_matmul_share: float = 1.0
 
     def __post_init__(self) -> None:
         if self.law not in LAWS:
             raise ValueError(f"Efficiency.law {self.law!r}: one of {', '.join(LAWS)}")
-        for key in ("bandwidth", "kv_bandwidth", "compute"):
+        for key in ("bandwidth", "kv_bandwidth", "compute", "fp8_matmul_share"):
             number(f"Efficiency.{key}", getattr(self, key), maximum=1, positive=True)
         number("Efficiency.stage_s", self.stage_s, minimum=0)
         for label, pairs in (("step_s", self.step_s), ("block_s", self.block_s),
@@ -176,30 +179,32 @@ DATASHEET = Efficiency("datasheet roofline (η = 1)")
 #: of the bandwidth for weight and KV reads alike, one step cost and one cost per scheduled
 #: request per GPU vendor, one cost every block pays (plus one of their own for latent,
 #: recurrent and MoE blocks) and one per block per doubling of the tensor-parallel group, a
-#: step's kernels in sequence (``LAWS``), the candidate chosen by leave-one-source-out error
-#: (see Appendix A,
+#: step's kernels in sequence (``LAWS``) and FP8 matmuls at the share of their peak NVIDIA's
+#: measured GEMM tables give (``kvlib.hardware.gpus.fp8_matmul_share``, not fitted), the
+#: candidate chosen by leave-one-source-out error (see Appendix A,
 #: chapters/appendix_a_validation.md, for its errors); tests/test_calibrate.py refits and
 #: checks these values.
 CALIBRATED = Efficiency(
-    "calibrated (data/throughput.csv, train half)", bandwidth=0.76,
-    kv_bandwidth=0.76, compute=0.55,
+    "calibrated (data/throughput.csv, train half)", bandwidth=0.77,
+    kv_bandwidth=0.77, compute=0.6,
     step_s=(("sglang", 0.0e-3),
-            ("sglang-rocm", 1.245e-3),
+            ("sglang-rocm", 1.588e-3),
             ("tensorrt-llm", 0.0e-3),
             ("vllm", 0.0e-3),
-            ("vllm-rocm", 1.245e-3)),
-    block_s=(("attention", 8.0e-6),
-             ("mla", 47.0e-6),
-             ("recurrent", 58.3e-6),
-             ("dense_ffn", 8.0e-6),
-             ("moe_ffn", 22.5e-6)),
-    request_s=(("sglang", 10.5e-6),
-               ("sglang-rocm", 74.2e-6),
-               ("tensorrt-llm", 10.5e-6),
-               ("vllm", 10.5e-6),
-               ("vllm-rocm", 74.2e-6)),
-    stage_s=6.1e-6,
-    communication=True, source="kvlib.fit.calibrate.fit", law="sequence")
+            ("vllm-rocm", 1.588e-3)),
+    block_s=(("attention", 9.2e-6),
+             ("mla", 23.0e-6),
+             ("recurrent", 41.9e-6),
+             ("dense_ffn", 9.2e-6),
+             ("moe_ffn", 39.9e-6)),
+    request_s=(("sglang", 11.1e-6),
+               ("sglang-rocm", 71.0e-6),
+               ("tensorrt-llm", 11.1e-6),
+               ("vllm", 11.1e-6),
+               ("vllm-rocm", 71.0e-6)),
+    stage_s=5.6e-6,
+    communication=True, source="kvlib.fit.calibrate.fit", law="sequence",
+    fp8_matmul_share=0.77)
 
 
 @dataclass(frozen=True)
@@ -413,6 +418,19 @@ def matmul_flops(gpu: GPU, weights: WeightFormat) -> float:
     return gpu.dense_flops(weights.compute_dtype)
 
 
+def matmul_rate(gpu: GPU, weights: WeightFormat, eff: Efficiency) -> float:
+    """FLOP/s the matmuls of ``weights`` run at on ``gpu`` before η_F: ``matmul_flops``, times
+    ``eff.fp8_matmul_share`` where they run on FP8 tensor cores (an FP8 GEMM reaches a smaller
+    share of its doubled peak than a 16-bit one of its own)."""
+    peak = matmul_flops(gpu, weights)
+    return peak * eff.fp8_matmul_share if fp8_matmuls(gpu, weights) else peak
+
+
+def fp8_matmuls(gpu: GPU, weights: WeightFormat) -> bool:
+    """Whether the matmuls of ``weights`` run on ``gpu``'s FP8 tensor cores (W8A8)."""
+    return weights.compute_dtype == "fp8" and gpu.fp8_dense_flops is not None
+
+
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
@@ -475,7 +493,7 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
         rows = moe_padded_rows(counts.n_experts, counts.experts_per_token, tokens)
         extra = rows - tokens * counts.experts_per_token
         flops += extra * 2 * counts.expert_params_per_expert() * counts.n_moe_layers / tp
-    peak = matmul_flops(g, d.weights)
+    peak, rate = matmul_flops(g, d.weights), matmul_rate(g, d.weights, eff)
     bl = blocks(m)
     fixed = eff.fixed_s(d.engine, g, bl, tp, decodes + prompts)
     comm = 0.0
@@ -487,7 +505,8 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
                 prefill_tokens=prefill_tokens, requests=decodes + prompts, n_gpus=tp,
                 weight_bytes=weights,
                 kv_bytes=kv_bytes, flops=flops, weights_s=weights / beta, kv_s=kv_bytes / beta,
-                compute_s=flops / peak, fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
+                compute_s=attention_flops / peak + (flops - attention_flops) / rate,
+                fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
                 law=eff, attention_s=attention_flops / peak)
 
 
@@ -638,6 +657,7 @@ class StepTimer:
         self.eff = _efficiency(d)
         self.beta = d.gpu.bandwidth()
         self.peak = matmul_flops(d.gpu, d.weights)
+        self.rate = matmul_rate(d.gpu, d.weights, self.eff)
         self._fixed: dict[tuple[int, int], tuple[int, float, float, float]] = {}
 
     def _terms(self, tokens: int, requests: int) -> tuple[int, float, float, float]:
@@ -686,14 +706,21 @@ class StepTimer:
                     prefill_tokens=prefill, requests=len(pairs), n_gpus=self.deployment.tp,
                     weight_bytes=weights,
                     kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
-                    kv_s=kv_bytes / self.beta, compute_s=flops / self.peak, fixed_s=fixed,
+                    kv_s=kv_bytes / self.beta, compute_s=self._compute_s(flops, attention),
+                    fixed_s=fixed,
                     allreduce_s=comm, efficiency=self.eff.name, law=self.eff,
                     attention_s=attention / self.peak)
 
+    def _compute_s(self, flops, attention):
+        """The compute leg at η_F = 1 of ``flops`` of which ``attention`` are attention math:
+        the attention at the peak, the matmuls at ``matmul_rate``."""
+        return attention / self.peak + (flops - attention) / self.rate
+
     def __call__(self, batch: Any) -> float:
         _, _, kv_bytes, flops, attention, weights, fixed, comm = self._legs(self._pairs(batch))
-        return float(law_seconds(weights / self.beta, kv_bytes / self.beta, flops / self.peak,
-                                 fixed, comm, self.eff, attention / self.peak))
+        return float(law_seconds(weights / self.beta, kv_bytes / self.beta,
+                                 self._compute_s(flops, attention), fixed, comm, self.eff,
+                                 attention / self.peak))
 
     def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
         c = np.asarray(computed, dtype=float)
@@ -704,8 +731,8 @@ class StepTimer:
         kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state
         attention = self.attention.decoding(c, n_steps)
         return law_seconds(weights / self.beta, kv_bytes / self.beta,
-                           (matmul + attention) / self.peak, fixed, comm, self.eff,
-                           attention / self.peak)
+                           self._compute_s(matmul + attention, attention), fixed, comm,
+                           self.eff, attention / self.peak)
 
 
 def step_time(deployment: Deployment, batch: Any) -> float:

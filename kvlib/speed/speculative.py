@@ -106,8 +106,9 @@ def draft_pass_s(d: Deployment, batch: int, context_tokens: int) -> float:
         comm = draft_blocks.total * allreduce_time_s(d.gpu, d.tp,
                                                      batch * hidden * ACTIVATION_BYTES)
     attention = n * s.attention_s / layers  # the draft layers attend as the target's do
-    return float(law_seconds(weights / timer.beta, kv / timer.beta, flops / timer.peak, fixed,
-                             comm, eff, attention))
+    compute = attention + (flops - attention * timer.peak) / timer.rate
+    return float(law_seconds(weights / timer.beta, kv / timer.beta, compute, fixed, comm, eff,
+                             attention))
 
 
 def speculative_step(d: Deployment, batch: int, context_tokens: int) -> SpeculativeStep:
