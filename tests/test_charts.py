@@ -219,3 +219,19 @@ def test_heatmap_tilts_long_names_on_a_phone_only():
     short = charts.heatmap(df.assign(family=["16", "32"]), "family", "gpu", "v", "b", "GPU",
                            "v").to_dict()
     assert short["layer"][0]["encoding"]["x"]["axis"]["labelAngle"] == 0
+
+
+def test_heatmap_cells_never_read_minus_zero_and_whole_axes_read_with_separators():
+    # −0.3 at "+.0f" is d3's "−0": the cell's text is made here, "0"; −7.2 keeps its minus sign
+    df = pd.DataFrame({"tokens": [1, 5000, 1, 5000], "gpu": ["a", "a", "b", "b"],
+                       "err": [-0.3, 4.6, -7.2, 0.2]})
+    spec = charts.heatmap(df, "tokens", "gpu", "err", "tokens T", "GPU", "error (%)",
+                          fmt="+.0f").to_dict()
+    rows = spec["datasets"][next(iter(spec["datasets"]))]
+    assert [r["_label"] for r in rows] == ["0", "+5", "\u22127", "0"]
+    assert spec["layer"][1]["encoding"]["text"]["field"] == "_label"
+    x_axis = spec["layer"][0]["encoding"]["x"]["axis"]
+    assert x_axis["format"] == "," and x_axis["formatType"] == "number"  # "5,000", not "5000"
+    assert "format" not in spec["layer"][0]["encoding"]["y"]["axis"]  # names stay as they are
+    assert charts.cell_text(float("nan"), ".1f") == "" and charts.cell_text(-0.004, ".2f") == "0.00"
+

@@ -29,7 +29,7 @@ import pandas as pd
 
 from .tables import number_text, table, use_for_dataframes  # chapters call charts.table
 
-__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "error_bars", "grouped_bars", "heatmap",
+__all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "cell_text", "error_bars", "grouped_bars", "heatmap",
            "kind_colour", "lines", "lines_with_marks", "priced_lines", "responsive",
            "sorted_bars", "stacked_bars", "table", "use_book_theme", "versus_chart"]
 
@@ -280,39 +280,84 @@ def stacked_bars(df: pd.DataFrame, category: str, value: str, stack: str, stack_
     return alt.layer(*layers, data=data).properties(height=300)
 
 
+def cell_text(value: float, fmt: str) -> str:
+    """A heatmap cell's label: ``value`` in the d3/Python format ``fmt`` (".2f", "+.0f"), with
+    the typographic minus and never a signed zero (−0.3 at "+.0f" is "0", not "−0" or "+0");
+    "" for a missing value."""
+    if value is None or value != value:
+        return ""
+    text = format(float(value), fmt)
+    if not re.sub(r"\D", "", text).strip("0"):  # every digit shown is 0
+        text = format(0.0, fmt.replace("+", ""))
+    return text.replace("-", "\u2212")
+
+
+def _ordinal_axis(values: pd.Series, **kwargs: Any) -> alt.Axis:
+    """An axis for ordinal ``values``; whole numbers read with thousands separators ("5,000"),
+    as on every quantitative axis of the book."""
+    if pd.api.types.is_integer_dtype(values):
+        kwargs.update(format=",", formatType="number")
+    return alt.Axis(**kwargs)
+
+
+def _label_length(values: pd.Series) -> int:
+    """Characters of the longest label an ordinal axis shows for ``values``."""
+    if pd.api.types.is_integer_dtype(values):
+        return max((len(f"{int(v):,}") for v in values), default=0)
+    return int(values.astype(str).str.len().max())
+
+
+def _two_lines(title: str, longest: int = 18) -> str | list[str]:
+    """A legend title longer than ``longest`` characters as two lines, split at the space
+    nearest its middle: under a heatmap it starts where the cells do, and on a phone one line
+    would run past the chart's right edge."""
+    spaces = [i for i, ch in enumerate(title) if ch == " "]
+    if len(title) <= longest or not spaces:
+        return title
+    cut = min(spaces, key=lambda i: abs(i - len(title) / 2))
+    return [title[:cut], title[cut + 1:]]
+
+
 def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title: str,
             value_title: str, facet: str | None = None, fmt: str = ".2f",
             domain_mid: float | None = None,
             x_label_angle: int = 0,
             tooltip: Sequence[str] = ()) -> alt.LayerChart | alt.FacetChart:
-    """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled; diverging colours about ``domain_mid``.
-    ``x_label_angle`` tilts the x labels (degrees; −45 for long names side by side; names longer
-    than six characters are tilted on a phone anyway); ``tooltip``:
-    more columns shown on hover.
+    """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled (``cell_text``: no "−0");
+    diverging colours about ``domain_mid``. Whole-number axes read "5,000". ``x_label_angle``
+    tilts the x labels (degrees; −45 for long names side by side; labels longer than four
+    characters are tilted on a phone anyway); ``tooltip``: more columns shown on hover.
 
     ``facet`` draws one panel per value of that column: side by side in the book's column,
     one above the other on a phone.
     """
     # names side by side overlap in a phone's narrow cells: tilted there
     angle = ({"expr": f"{ON_PHONE} ? -45 : 0"} if x_label_angle == 0
-             and df[x].astype(str).str.len().max() > 6 else x_label_angle)
+             and _label_length(df[x]) > 4 else x_label_angle)
     scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
+    data = df.assign(_label=[cell_text(v, fmt) for v in df[value]])
+    # the x title ends at the axis' right end, reaching left under the y labels (on a phone a
+    # centred one runs past the chart's edge); y labels a little shorter on a phone, leaving
+    # the cells (and the colour legend's title below them) room
     base = alt.Chart().encode(
-        x=alt.X(f"{x}:O", title=x_title, axis=alt.Axis(labelAngle=angle)),
-        y=alt.Y(f"{y}:O", title=y_title, sort="descending"))
+        x=alt.X(f"{x}:O", title=x_title, axis=_ordinal_axis(
+            df[x], labelAngle=angle, titleAnchor="end", titleAlign="right")),
+        y=alt.Y(f"{y}:O", title=y_title, sort="descending", axis=_ordinal_axis(
+            df[y], labelLimit={"expr": f"{ON_PHONE} ? 150 : 180"})))
     rect = base.mark_rect().encode(
-        color=alt.Color(f"{value}:Q", title=value_title, scale=scale),
+        color=alt.Color(f"{value}:Q", title=_two_lines(value_title), scale=scale,
+                        legend=alt.Legend(titleLimit=0)),
         tooltip=[f"{x}:O", f"{y}:O", alt.Tooltip(f"{value}:Q", format=fmt), *tooltip])
-    text = base.mark_text(fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
+    text = base.mark_text(fontSize=10).encode(text="_label:N")
     if facet is None:
-        return alt.layer(rect, text, data=df).properties(height=22 * df[y].nunique())
+        return alt.layer(rect, text, data=data).properties(height=22 * df[y].nunique())
     n_x, panels = df[x].nunique(), df[facet].nunique()
 
     def layout(width: int, columns: int) -> alt.FacetChart:
         # each panel's cells share what is left of ``width`` after its y axis (~70 px)
         step = int(max(18, min(40, (width - 70 * columns) / (n_x * columns))))
-        return alt.layer(rect, text, data=df).properties(
+        return alt.layer(rect, text, data=data).properties(
             width=alt.Step(step), height=alt.Step(22)).facet(
             facet=alt.Facet(f"{facet}:N", title=None), columns=columns)
 
