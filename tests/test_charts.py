@@ -235,3 +235,21 @@ def test_heatmap_cells_never_read_minus_zero_and_whole_axes_read_with_separators
     assert "format" not in spec["layer"][0]["encoding"]["y"]["axis"]  # names stay as they are
     assert charts.cell_text(float("nan"), ".1f") == "" and charts.cell_text(-0.004, ".2f") == "0.00"
 
+
+def test_lines_by_kind_use_each_kinds_colour_and_tell_series_apart_without_hue():
+    df = pd.DataFrame({"variant": ["MHA", "GQA-8", "W 128", "W 4,096", "W 1,024"] * 2,
+                       "attention": ["MHA", "GQA", "GQA+SWA", "GQA+SWA", "GQA+SWA"] * 2,
+                       "t": [1] * 5 + [2] * 5, "gib": [float(i) for i in range(10)]})
+    styles = charts.kind_styles(list(df["variant"]), list(df["attention"]))
+    assert list(styles) == ["MHA", "GQA-8", "W 128", "W 4,096", "W 1,024"]  # the frame's order
+    # the first series of a kind has the kind's colour, as in every other chart
+    assert styles["GQA-8"][0] == charts.KIND_COLOURS["GQA"]
+    assert styles["W 128"][0] == charts.KIND_COLOURS["GQA+SWA"]
+    # series of one kind: each its own shade, marker and dash
+    swa = [styles[v] for v in ("W 128", "W 4,096", "W 1,024")]
+    for i in range(3):
+        assert len({str(s[i]) for s in swa}) == 3
+    line, points = charts.lines(df, "t", "gib", "variant", "t", "GiB", kind="attention").to_dict()["layer"]
+    assert line["encoding"]["color"]["scale"]["range"] == [s[0] for s in styles.values()]
+    assert points["encoding"]["shape"]["scale"]["range"] == [s[1] for s in styles.values()]
+    assert line["encoding"]["strokeDash"]["scale"]["range"] == [s[2] for s in styles.values()]

@@ -30,7 +30,7 @@ import pandas as pd
 from .tables import number_text, table, use_for_dataframes  # chapters call charts.table
 
 __all__ = ["COLUMN_WIDTH", "KIND_COLOURS", "PALETTE", "PHONE_WIDTH", "cell_text", "error_bars", "grouped_bars", "heatmap",
-           "kind_colour", "lines", "lines_with_marks", "priced_lines", "responsive",
+           "kind_colour", "kind_styles", "lines", "lines_with_marks", "priced_lines", "responsive",
            "sorted_bars", "stacked_bars", "table", "use_book_theme", "versus_chart"]
 
 PALETTE = ["#1f5c99", "#e07b39", "#3a9a5b", "#b8403a", "#7d5ba6", "#8c6d31", "#d36fa8",
@@ -211,18 +211,71 @@ def grouped_bars(df: pd.DataFrame, value: str, label: str, group: str, title: st
     ).properties(height=12 * df[label].nunique() * len(groups))
 
 
+#: Marker shapes and dash patterns that tell apart series drawn in one colour (``lines``
+#: with ``kind``): the first series of a kind is solid with circles.
+_SHAPES = ["circle", "square", "triangle-up", "diamond", "cross", "triangle-down"]
+_DASHES = [[1, 0], [6, 3], [2, 2], [8, 3, 2, 3], [4, 4], [1, 3]]
+
+
+def _shade(colour: str, step: int) -> str:
+    """``colour`` for the ``step``-th series of one kind: itself, then alternately darker and
+    lighter (mixed with black or white), so series of a kind stay its hue."""
+    if step == 0:
+        return colour
+    towards, amount = (0, 0.3 + 0.15 * (step // 2)) if step % 2 else (255, 0.25 + 0.15 * (step // 2 - 1))
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (towards - c) * amount):02x}" for c in rgb)
+
+
+def kind_styles(series: Sequence[str], kinds: Sequence[str]) -> dict[str, tuple[str, str, list[int]]]:
+    """(colour, marker shape, dash) of each of ``series`` (in order), given its attention kind:
+    the kind's colour (``kind_colour``), shaded for the second and later series of one kind,
+    which also get their own marker and dash, so no two series depend on hue alone to be told
+    apart (colour-blind readers, print)."""
+    seen: dict[str, int] = {}
+    styles = {}
+    for name, kind in dict(zip(series, kinds)).items():
+        step = seen[kind] = seen.get(kind, -1) + 1
+        styles[name] = (_shade(kind_colour(kind), step), _SHAPES[step % len(_SHAPES)],
+                        _DASHES[step % len(_DASHES)])
+    return styles
+
+
 def lines(df: pd.DataFrame, x: str, y: str, series: str, x_title: str, y_title: str,
-          log_x: bool = False, log_y: bool = False, distinguish: bool = False) -> alt.Chart:
+          log_x: bool = False, log_y: bool = False, distinguish: bool = False,
+          kind: str | None = None) -> alt.Chart:
     """One line per ``series`` with point tooltips; log scales on request. ``distinguish``
     also gives each series its own dash pattern and marker shape, so coinciding lines stay
-    visible."""
+    visible. ``kind``: a column of attention kinds; each series is drawn in its kind's colour,
+    as in every other chart (``kind_styles``), series in the order of ``df``."""
     title = series.replace("_", " ")
+    colour = _colour(series, df[series], title)
+    if kind is not None:
+        styles = kind_styles(list(df[series]), list(df[kind]))
+        names = list(styles)
+        colours = alt.Scale(domain=names, range=[c for c, _, _ in styles.values()])
+        # long names in the wider legend columns of ``_colour``
+        legend = _colour(series, names, title).to_dict().get("legend", alt.Undefined)
+        colour = alt.Color(f"{series}:N", title=title, sort=names, scale=colours, legend=legend)
     base = alt.Chart(df).encode(
         x=alt.X(f"{x}:Q", title=x_title, scale=_log_scale(log_x, 2)),
         y=alt.Y(f"{y}:Q", title=y_title, scale=_log_scale(log_y), axis=_log_axis(log_y, df[y])),
-        color=_colour(series, df[series], title),
-        tooltip=[series, alt.Tooltip(f"{x}:Q", format=","), alt.Tooltip(f"{y}:Q", format=",.2f")],
+        color=colour,
+        tooltip=[series, *([kind] if kind else []), alt.Tooltip(f"{x}:Q", format=","),
+                 alt.Tooltip(f"{y}:Q", format=",.2f")],
     )
+    if kind is not None:
+        line = base.mark_line().encode(
+            color=alt.Color(f"{series}:N", sort=names, scale=colours, legend=None),
+            strokeDash=alt.StrokeDash(f"{series}:N", legend=None, sort=names, scale=alt.Scale(
+                domain=names, range=[d for _, _, d in styles.values()])))
+        points = base.mark_point(size=50, filled=True).encode(shape=alt.Shape(
+            f"{series}:N", title=title, sort=names, legend=legend,
+            scale=alt.Scale(domain=names, range=[s for _, s, _ in styles.values()])))
+        # one legend, the points': colour and marker of each series (independent scales of
+        # one domain and range, as a legend left out of one layer would drop the merged one)
+        return (line + points).resolve_scale(color="independent", shape="independent",
+                                             strokeDash="independent")
     if not distinguish:
         return base.mark_line() + base.mark_point(size=30, filled=True)
     line = base.mark_line().encode(color=_colour(series, df[series], title, legend=None),
