@@ -180,27 +180,40 @@ def _pick(calc, name: str, label: str) -> None:
     control.select_option(index=next(i for i, t in enumerate(texts) if t.startswith(label)))
 
 
-def test_what_to_buy_shows_its_deciding_column_on_a_phone(built_book, server, reader):
-    """At 390 px the "What should I buy" table shows its deciding column, $ per 1M output tokens,
-    inside its box without scrolling sideways: header and every cell."""
+def test_what_to_buy_fits_a_laptop_and_a_phone(built_book, server, reader):
+    """The "What should I buy" table fits its box without scrolling sideways at 1,280 and at
+    390 px, where it shows its deciding column, $ per 1M output tokens (header and every
+    cell), leaves out its wide-only columns and says which."""
     from kvlib.report import answer
 
     deciding = answer.BUY_COLUMNS["output_cost_slow"]
-    page = reader.open(f"{server}/chapters/00_answer.html", 390)
-    seen = page.evaluate("""label => {
-      const th = Array.from(document.querySelectorAll('table.kvlib-table thead th'))
-        .find(t => t.dataset.column === label);
-      if (!th) { return null; }
-      const box = th.closest('div.kvlib-table-wrap').getBoundingClientRect();
-      const cells = [th, ...th.closest('table').querySelectorAll(`td[data-column="${label}"]`)];
-      return {box: [box.left, box.right], cells: cells.map(c => {
-        const b = c.getBoundingClientRect(); return [b.left, b.right]; })};
-    }""", deciding)
-    assert seen is not None, f"no table with a {deciding!r} column on the landing page"
-    left, right = seen["box"]
-    assert len(seen["cells"]) > 1
-    hidden = [c for c in seen["cells"] if c[0] < left - 1 or c[1] > right + 1]
-    assert not hidden, f"{len(hidden)} cells of {deciding!r} lie outside the table's box at 390 px"
+    left_out = [answer.BUY_COLUMNS["requests"], answer.BUY_COLUMNS["gpu_price"]]
+    for width in (1280, 390):
+        page = reader.open(f"{server}/chapters/00_answer.html", width)
+        seen = page.evaluate("""label => {
+          const th = Array.from(document.querySelectorAll('table.kvlib-table thead th'))
+            .find(t => t.dataset.column === label);
+          if (!th) { return null; }
+          const wrap = th.closest('div.kvlib-table-wrap'), box = wrap.getBoundingClientRect();
+          const cells = [th, ...th.closest('table').querySelectorAll(`td[data-column="${label}"]`)];
+          const note = wrap.querySelector('.kvlib-table-narrow-note');
+          return {box: [box.left, box.right], sideways: wrap.scrollWidth - wrap.clientWidth,
+                  note: note && note.offsetParent ? note.textContent : null,
+                  shown: Array.from(wrap.querySelectorAll('thead th')).filter(t => t.offsetParent)
+                    .map(t => t.dataset.column),
+                  cells: cells.map(c => { const b = c.getBoundingClientRect(); return [b.left, b.right]; })};
+        }""", deciding)
+        assert seen is not None, f"no table with a {deciding!r} column on the landing page"
+        left, right = seen["box"]
+        assert len(seen["cells"]) > 1
+        hidden = [c for c in seen["cells"] if c[0] < left - 1 or c[1] > right + 1]
+        assert not hidden, f"{len(hidden)} cells of {deciding!r} outside the table's box at {width} px"
+        assert seen["sideways"] <= 1, f"the table scrolls {seen['sideways']} px sideways at {width} px"
+        if width == 390:
+            assert not set(left_out) & set(seen["shown"]) and seen["note"], seen
+            assert all(label in seen["note"] for label in left_out), seen["note"]
+        else:
+            assert set(left_out) <= set(seen["shown"]) and seen["note"] is None, seen
 
 
 def _requests_tile_says_how_many_run(calc, row) -> None:

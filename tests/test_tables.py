@@ -50,6 +50,16 @@ def test_table_rejects_unknown_columns(frame):
         tables.table(frame, filters=["nope"])
     with pytest.raises(KeyError, match="nope"):
         tables.table(frame, labels={"nope": "x"})
+    with pytest.raises(KeyError, match="nope"):
+        tables.table(frame, wide_only=["nope"])
+
+
+def test_wide_only_columns_are_marked_and_named_for_a_phone(frame):
+    html = tables.table(frame, wide_only=["value", "text"])._repr_html_()
+    # kvlib-tables.css hides .wide-only cells on a phone and shows the note that names them
+    assert html.count('class="num wide-only"') == 4 and html.count('class="wide-only"') == 4
+    assert '<p class="kvlib-table-narrow-note">On a wider screen this table also shows: value, text.</p>' in html
+    assert "kvlib-table-narrow-note" not in tables.table(frame)._repr_html_()
 
 
 def _cells(html: str) -> list[str]:

@@ -705,8 +705,11 @@ def buy_table(buy: pd.DataFrame, kind: str = "on-demand") -> Table:
         requests=[f"{int(b):,}" + ("*" if c else "") + ("†" if x else "")
                   for b, c, x in zip(served["batch"], served["capped"], served["extrapolated"])])
     shown = shown[list(BUY_COLUMNS)].rename(columns=BUY_COLUMNS)
+    # on a phone: the deciding column, the case and its speed; the batch and the price basis
+    # on wider screens (and in the calculator)
     return table(shown, {"prompt (tokens)": "{:,}", "tokens/s per user": "{:.1f}",
-                         "$ per 1M output tokens": "${:,.3f}"}, filters=["model"])
+                         "$ per 1M output tokens": "${:,.3f}"}, filters=["model"],
+                 wide_only=[BUY_COLUMNS["requests"], BUY_COLUMNS["gpu_price"]])
 
 
 def _largest_batch(engine: Engine, prompt: int, output: int, max_model_len: int, held: int,
@@ -1311,4 +1314,4 @@ def buy_slo_table(buy: pd.DataFrame) -> Table:
     shown = shown[list(BUY_SLO_COLUMNS)].rename(columns=BUY_SLO_COLUMNS)
     return table(shown, {"$ per 1M output tokens over a day": "${:,.3f}",
                          "requests/s per replica": "{:.2f}", "users per replica": "{:.0f}",
-                         "$ per hour": "${:,.2f}"})
+                         "$ per hour": "${:,.2f}"}, wide_only=[BUY_SLO_COLUMNS["dollars_per_hour"]])

@@ -209,10 +209,11 @@ class Table:
 
     def __init__(self, df: pd.DataFrame, formats: Mapping[Any, Formatter] | None = None,
                  filters: Sequence[str] = (), caption: str | None = None,
-                 labels: Mapping[Any, str] | None = None, hide_index: bool | None = None) -> None:
+                 labels: Mapping[Any, str] | None = None, hide_index: bool | None = None,
+                 wide_only: Sequence[str] = ()) -> None:
         self.df = df
         frame = _with_index(df, hide_index)
-        missing = [c for c in [*filters, *(formats or {}), *(labels or {})]
+        missing = [c for c in [*filters, *(formats or {}), *(labels or {}), *wide_only]
                    if c not in frame.columns]
         if missing:
             raise KeyError(f"columns not in the table: {missing}")
@@ -220,6 +221,7 @@ class Table:
         self.formats = dict(formats or {})
         self.filters = list(filters)
         self.caption = caption
+        self.wide_only = list(wide_only)
         prefix = (f"{column_label(frame.columns.name)} "
                   if frame.columns.name and not all(isinstance(c, str) for c in frame.columns)
                   else "")
@@ -263,7 +265,9 @@ class Table:
         long = {c for c in frame.columns if c not in numeric and max(map(len, texts[c]), default=0) > 30}
 
         def cls(c: Any) -> str:
-            return ' class="num"' if c in numeric else ' class="long"' if c in long else ""
+            names = (["num"] if c in numeric else ["long"] if c in long else []) + (
+                ["wide-only"] if c in self.wide_only else [])
+            return f' class="{" ".join(names)}"' if names else ""
 
         head = "".join(f'<th scope="col"{cls(c)} data-column="{html.escape(str(c))}" '
                        f'title="click to sort">{html.escape(self.labels[c])}</th>'
@@ -275,9 +279,13 @@ class Table:
                 f"{html.escape(texts[c][i])}</td>" for c, v in zip(frame.columns, row))
             body.append(f"<tr>{cells}</tr>")
         caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        # on a phone the wide-only columns are left out (kvlib-tables.css), and the table says so
+        note = ('<p class="kvlib-table-narrow-note">On a wider screen this table also shows: '
+                + ", ".join(html.escape(self.labels[c]) for c in self.wide_only) + ".</p>"
+                if self.wide_only else "")
         # a short table shows whole; a long one scrolls inside its box, header kept in view
         wrap = "kvlib-table-wrap" + (" kvlib-table-short" if len(frame) <= SHORT_ROWS else "")
-        return (f'<div class="{wrap}">{self._controls(texts)}'
+        return (f'<div class="{wrap}">{self._controls(texts)}{note}'
                 f'<table class="kvlib-table" id="{self.table_id}">{caption}'
                 f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>")
 
@@ -299,16 +307,18 @@ def _with_index(df: pd.DataFrame, hide_index: bool | None) -> pd.DataFrame:
 
 def table(df: pd.DataFrame, formats: Mapping[Any, Formatter] | None = None,
           filters: Sequence[str] = (), caption: str | None = None,
-          labels: Mapping[Any, str] | None = None, hide_index: bool | None = None) -> Table:
+          labels: Mapping[Any, str] | None = None, hide_index: bool | None = None,
+          wide_only: Sequence[str] = ()) -> Table:
     """A table for a reader: sortable by any column, filterable by text and by each of
-    ``filters`` when given.
+    ``filters`` when given. ``wide_only``: columns a phone leaves out (the table then says
+    which), so the rest fit its screen without scrolling sideways.
 
     ``formats``: column → format string (``"{:,.2f}"``) or function (sorting uses the raw
     values); ``labels``: column → header, where ``column_label``'s words are not the right ones.
     ``hide_index``: None (default) shows a named index as the first column and drops an unnamed
     one; True drops it; False requires it to be named. Raises KeyError for a column not in ``df``.
     """
-    return Table(df, formats, filters, caption, labels, hide_index)
+    return Table(df, formats, filters, caption, labels, hide_index, wide_only)
 
 
 def use_for_dataframes() -> None:
