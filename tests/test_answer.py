@@ -709,3 +709,11 @@ def test_targets_at_capacity_counts_targets_met_with_the_queue_full():
         answer.targets_at_capacity(pd.concat([rows, other]))
     with pytest.raises(ValueError, match="got 0 cases"):
         answer.targets_at_capacity(rows.iloc[:0])
+
+
+def test_price_text_names_how_many_offers_it_is_the_median_of():
+    offer = answer.market_prices().set_index(["gpu", "kind"]).loc[("h100-sxm", "on-demand")]
+    assert answer.price_text("h100-sxm") == (f"${offer['dollars_per_gpu_hour']:.2f} "
+                                             f"({answer.offers_text(int(offer['n']))})")
+    with pytest.raises(KeyError, match="no spot offer for nope"):
+        answer.price_text("nope", "spot")

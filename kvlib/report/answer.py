@@ -171,6 +171,16 @@ def offers_text(n: int) -> str:
     return f"{n} offer{'s' * (n != 1)}"
 
 
+def price_text(gpu: str, kind: str = "on-demand") -> str:
+    """``gpu``'s market price (``market_prices``) as a table shows it, with how many offers it
+    is the median of: "$3.99 (10 offers)". KeyError for a GPU with no offer of ``kind``."""
+    table = market_prices()
+    hit = table[(table["gpu"] == gpu) & (table["kind"] == kind)]
+    if hit.empty:
+        raise KeyError(f"no {kind} offer for {gpu} in prices.csv")
+    return f"${hit['dollars_per_gpu_hour'].iloc[0]:.2f} ({offers_text(int(hit['n'].iloc[0]))})"
+
+
 def max_model_lens(slug: str, lengths: Iterable[int]) -> list[int]:
     """The ``max_model_len`` values offered for ``slug``: those of ``lengths`` below the
     model's maximum context, and the maximum itself (vLLM's default when none is given).
@@ -696,8 +706,7 @@ def buy_table(buy: pd.DataFrame, kind: str = "on-demand") -> Table:
             raise ValueError(f"the what-to-buy row for {gpu} is not priced at its {kind} market "
                              "price: pass the kind cheapest() was asked for")
     shown = served.assign(
-        gpu_price=[f"${offers.loc[g, 'dollars_per_gpu_hour']:.2f} "
-                   f"({offers_text(int(offers.loc[g, 'n']))})" for g in served["gpu"]],
+        gpu_price=[price_text(g, kind) for g in served["gpu"]],
         model_name=served["model_name"].str.removeprefix("NVIDIA-"),
         deployment=[f"{n} × {short_gpu_name(g)}, {w.removesuffix(' experts')} · {k}"  # gpt-oss
                     for n, g, w, k in zip(served["n_gpus"], served["gpu_name"],
