@@ -26,8 +26,9 @@ WORKING_NOTES = ("not readable here", "not verified here", "not in our store", "
                  "publication date not seen")
 
 #: What a page looks like to a reader, in one pass: sideways scroll, charts outside the article
-#: column, display formulas wider than theirs, visible working notes, pandas artefacts in table
-#: cells, charts drawn, code shown.
+#: column, chart text reading "−0" or cut off by its chart, inline code split inside a word,
+#: display formulas wider than theirs, visible working notes, pandas artefacts in table cells,
+#: charts drawn, code shown.
 INSPECT = r"""notes => {
   const se = document.scrollingElement;
   const art = document.querySelector('article.bd-article');
@@ -39,6 +40,19 @@ INSPECT = r"""notes => {
     const b = g.getBoundingClientRect();
     return {id: c.id, drawn: true, left: b.left, right: b.right};
   });
+  // chart text a reader cannot read: a signed zero ("−0"), or a label cut off by the chart's box
+  const chartText = Array.from(document.querySelectorAll('div.kvlib-chart')).flatMap(c => {
+    const box = c.getBoundingClientRect();
+    return Array.from(c.querySelectorAll('svg text')).filter(t => t.textContent.trim()).map(t => {
+      const b = t.getBoundingClientRect();
+      return {id: c.id, text: t.textContent, cut: b.left < box.left - 1 || b.right > box.right + 1};
+    });
+  });
+  const signedZeros = chartText.filter(t => /^[-−+]0([.,]0*)?$/.test(t.text.trim()));
+  const cutLabels = chartText.filter(t => t.cut);
+  // inline code in prose split inside a word (a flag at its hyphens)
+  const brokenCode = Array.from(art.querySelectorAll('code.literal span.pre'))
+    .filter(s => !s.closest('pre, table') && s.getClientRects().length > 1).map(s => s.textContent);
   const text = document.body.innerText.toLowerCase();
   const cells = Array.from(art.querySelectorAll('table td, table th')).map(c => c.textContent.trim());
   const blankHeads = Array.from(art.querySelectorAll('table thead th'))  // folded tables too
@@ -49,6 +63,7 @@ INSPECT = r"""notes => {
     .filter(p => !p.closest('details:not([open])'))
     .map(p => p.textContent.replace(/\n+$/, ''));
   return {scrollWidth: se.scrollWidth, clientWidth: se.clientWidth, col, charts, cells, blankHeads,
+          signedZeros, cutLabels, brokenCode,
           citeLabels, codeLines: code.reduce((n, c) => n + c.split('\n').length, 0),
           codeChecks: code.filter(c => c.includes('glue(') || c.includes('assert ')).length,
           notes: notes.filter(n => text.includes(n)),

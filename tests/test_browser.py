@@ -42,7 +42,9 @@ _AUTHOR_YEAR = re.compile(r".+, (\d{4}|n\.d\.)[a-z]?")
 def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, page_readings):
     """At 1,280 and 390 px: every page renders offline (charts drawn, formulas typeset, no
     error, no request leaving the machine), nothing scrolls sideways (no display formula
-    either), every chart lies inside the article column, no working note shows, no table cell
+    either), every chart lies inside the article column, no chart text reads "−0" or is cut
+    off, no inline code is split inside a word (a flag at its hyphens), no working note shows,
+    no table cell
     is a pandas artefact and every bibliography label is author–year; no page shows more than
     ``MAX_VISIBLE_CODE_LINES`` lines of unfolded code, and no unfolded cell glues or asserts."""
     every = pages(built_book)
@@ -68,6 +70,12 @@ def test_every_page_reads_well_offline_on_a_laptop_and_a_phone(built_book, page_
             elif c["left"] < left - 1 or c["right"] > right + 1:
                 failures.append(f"{where}: chart {c['id']} spans {c['left']:.0f}–"
                                 f"{c['right']:.0f} px, outside the column {left:.0f}–{right:.0f}")
+        if seen["signedZeros"] or seen["cutLabels"]:
+            failures.append(f"{where}: chart text reading a signed zero "
+                            f"{[(t['id'], t['text']) for t in seen['signedZeros']][:5]} or cut off "
+                            f"by its chart {[(t['id'], t['text']) for t in seen['cutLabels']][:5]}")
+        if seen["brokenCode"]:
+            failures.append(f"{where}: inline code split inside a word {seen['brokenCode'][:5]}")
         if seen["notes"]:
             failures.append(f"{where}: working notes {seen['notes']}")
         bad = [c for c in seen["cells"] if any(p.search(c) for p in _ARTEFACTS)]
