@@ -253,3 +253,14 @@ def test_lines_by_kind_use_each_kinds_colour_and_tell_series_apart_without_hue()
     assert line["encoding"]["color"]["scale"]["range"] == [s[0] for s in styles.values()]
     assert points["encoding"]["shape"]["scale"]["range"] == [s[1] for s in styles.values()]
     assert line["encoding"]["strokeDash"]["scale"]["range"] == [s[2] for s in styles.values()]
+
+
+def test_a_diverging_heatmap_is_as_deep_either_side_of_its_middle():
+    # errors of −46% and +8% about 0: the scale runs −46 … +46, so +8 is a pale orange, not as
+    # deep as −46's blue
+    df = pd.DataFrame({"x": ["a", "b"], "y": ["g", "g"], "v": [-46.0, 8.0]})
+    rect = charts.heatmap(df, "x", "y", "v", "x", "y", "v", domain_mid=0.0).to_dict()["layer"][0]
+    assert rect["encoding"]["color"]["scale"]["domain"] == [-46.0, 46.0]
+    ratio = charts.heatmap(df.assign(v=[0.5, 1.25]), "x", "y", "v", "x", "y", "v",
+                           domain_mid=1.0).to_dict()["layer"][0]
+    assert ratio["encoding"]["color"]["scale"]["domain"] == [0.5, 1.5]

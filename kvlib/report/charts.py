@@ -377,7 +377,8 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
             x_label_angle: int = 0,
             tooltip: Sequence[str] = ()) -> alt.LayerChart | alt.FacetChart:
     """Cells of ``value`` over ordinal ``x`` × ``y``, each labelled (``cell_text``: no "−0");
-    diverging colours about ``domain_mid``. Whole-number axes read "5,000". ``x_label_angle``
+    diverging colours about ``domain_mid``, as deep at the same distance on either side of it.
+    Whole-number axes read "5,000". ``x_label_angle``
     tilts the x labels (degrees; −45 for long names side by side; labels longer than four
     characters are tilted on a phone anyway); ``tooltip``: more columns shown on hover.
 
@@ -387,7 +388,12 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
     # names side by side overlap in a phone's narrow cells: tilted there
     angle = ({"expr": f"{ON_PHONE} ? -45 : 0"} if x_label_angle == 0
              and _label_length(df[x]) > 4 else x_label_angle)
-    scale = (alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
+    # diverging: as far below the middle as above it, so a colour's depth reads the same distance
+    # from the middle on either side
+    reach = float((df[value] - domain_mid).abs().max()) if domain_mid is not None else 0.0
+    scale = (alt.Scale(scheme="blueorange", domain=[domain_mid - reach, domain_mid + reach])
+             if domain_mid is not None and reach > 0 else
+             alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
              else alt.Scale(scheme="blues"))
     data = df.assign(_label=[cell_text(v, fmt) for v in df[value]])
     # the x title ends at the axis' right end, reaching left under the y labels (on a phone a
