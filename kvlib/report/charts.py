@@ -390,11 +390,11 @@ def heatmap(df: pd.DataFrame, x: str, y: str, value: str, x_title: str, y_title:
              and _label_length(df[x]) > 4 else x_label_angle)
     # diverging: as far below the middle as above it, so a colour's depth reads the same distance
     # from the middle on either side
-    reach = float((df[value] - domain_mid).abs().max()) if domain_mid is not None else 0.0
-    scale = (alt.Scale(scheme="blueorange", domain=[domain_mid - reach, domain_mid + reach])
-             if domain_mid is not None and reach > 0 else
-             alt.Scale(scheme="blueorange", domainMid=domain_mid) if domain_mid is not None
-             else alt.Scale(scheme="blues"))
+    scale = alt.Scale(scheme="blues")
+    if domain_mid is not None:
+        reach = float((df[value] - domain_mid).abs().max())
+        scale = (alt.Scale(scheme="blueorange", domain=[domain_mid - reach, domain_mid + reach])
+                 if reach > 0 else alt.Scale(scheme="blueorange", domainMid=domain_mid))
     data = df.assign(_label=[cell_text(v, fmt) for v in df[value]])
     # the x title ends at the axis' right end, reaching left under the y labels (on a phone a
     # centred one runs past the chart's edge); y labels a little shorter on a phone, leaving

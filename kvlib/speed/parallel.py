@@ -187,7 +187,8 @@ def _rank_step(d: Deployment, b: int, ctx: int) -> roofline.Step:
     beta, peak = d.gpu.bandwidth(), roofline.matmul_flops(d.gpu, d.weights)
     rate = roofline.matmul_rate(d.gpu, d.weights, base.law)
     return replace(base, weight_bytes=weights, flops=flops, weights_s=weights / beta,
-                   compute_s=attention / peak + (flops - attention) / rate, allreduce_s=comm)
+                   compute_s=roofline.compute_leg_s(flops, attention, peak, rate),
+                   allreduce_s=comm)
 
 
 def parallel_decode(d: Deployment, *, batch: int, context_tokens: int,

@@ -431,6 +431,13 @@ def fp8_matmuls(gpu: GPU, weights: WeightFormat) -> bool:
     return weights.compute_dtype == "fp8" and gpu.fp8_dense_flops is not None
 
 
+def compute_leg_s(flops, attention_flops, peak: float, rate: float):
+    """The compute leg at η_F = 1 (seconds; floats or numpy arrays) of ``flops`` of which
+    ``attention_flops`` are attention math: the attention at the format's ``peak``, the matmuls
+    at ``rate`` (``matmul_rate``)."""
+    return attention_flops / peak + (flops - attention_flops) / rate
+
+
 def attention_flops_per_token(model: Model, context_tokens: int, tp: int = 1) -> float:
     """FLOPs one new token spends attending to ``context_tokens`` cached tokens, on one GPU:
     the sum of each layer's own ``attention_flops_per_token`` (softmax attention 2·heads·(d_k +
@@ -505,7 +512,7 @@ def _step(d: Deployment, kind: str, decodes: int, context_tokens: int, prefill_t
                 prefill_tokens=prefill_tokens, requests=decodes + prompts, n_gpus=tp,
                 weight_bytes=weights,
                 kv_bytes=kv_bytes, flops=flops, weights_s=weights / beta, kv_s=kv_bytes / beta,
-                compute_s=attention_flops / peak + (flops - attention_flops) / rate,
+                compute_s=compute_leg_s(flops, attention_flops, peak, rate),
                 fixed_s=fixed, allreduce_s=comm, efficiency=eff.name,
                 law=eff, attention_s=attention_flops / peak)
 
@@ -706,20 +713,17 @@ class StepTimer:
                     prefill_tokens=prefill, requests=len(pairs), n_gpus=self.deployment.tp,
                     weight_bytes=weights,
                     kv_bytes=kv_bytes, flops=flops, weights_s=weights / self.beta,
-                    kv_s=kv_bytes / self.beta, compute_s=self._compute_s(flops, attention),
+                    kv_s=kv_bytes / self.beta,
+                    compute_s=compute_leg_s(flops, attention, self.peak, self.rate),
                     fixed_s=fixed,
                     allreduce_s=comm, efficiency=self.eff.name, law=self.eff,
                     attention_s=attention / self.peak)
 
-    def _compute_s(self, flops, attention):
-        """The compute leg at η_F = 1 of ``flops`` of which ``attention`` are attention math:
-        the attention at the peak, the matmuls at ``matmul_rate``."""
-        return attention / self.peak + (flops - attention) / self.rate
-
     def __call__(self, batch: Any) -> float:
         _, _, kv_bytes, flops, attention, weights, fixed, comm = self._legs(self._pairs(batch))
         return float(law_seconds(weights / self.beta, kv_bytes / self.beta,
-                                 self._compute_s(flops, attention), fixed, comm, self.eff,
+                                 compute_leg_s(flops, attention, self.peak, self.rate), fixed,
+                                 comm, self.eff,
                                  attention / self.peak))
 
     def decode_steps(self, computed: np.ndarray, n_steps: int) -> np.ndarray:
@@ -731,7 +735,8 @@ class StepTimer:
         kv_bytes = self.kv.decoding(c, n_steps) + self.state * with_state
         attention = self.attention.decoding(c, n_steps)
         return law_seconds(weights / self.beta, kv_bytes / self.beta,
-                           self._compute_s(matmul + attention, attention), fixed, comm,
+                           compute_leg_s(matmul + attention, attention, self.peak, self.rate),
+                           fixed, comm,
                            self.eff, attention / self.peak)
 
 

@@ -27,7 +27,7 @@ from ..engines.speculative import FUSION_WIDTH, draft_kv_bytes_per_token, draft_
 from ..model.params import ParamCounts, weight_bytes
 from ..model.weights import params_for
 from .roofline import (ACTIVATION_BYTES, Blocks, StepTimer, allreduce_time_s, blocks,
-                       hidden_size, law_seconds)
+                       compute_leg_s, hidden_size, law_seconds)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def draft_pass_s(d: Deployment, batch: int, context_tokens: int) -> float:
         comm = draft_blocks.total * allreduce_time_s(d.gpu, d.tp,
                                                      batch * hidden * ACTIVATION_BYTES)
     attention = n * s.attention_s / layers  # the draft layers attend as the target's do
-    compute = attention + (flops - attention * timer.peak) / timer.rate
+    compute = compute_leg_s(flops, attention * timer.peak, timer.peak, timer.rate)
     return float(law_seconds(weights / timer.beta, kv / timer.beta, compute, fixed, comm, eff,
                              attention))
 
